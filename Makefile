@@ -1,0 +1,39 @@
+# edgeship: `make target=host` builds the demo model for a target; `make test` runs the tests.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+target ?= host
+MODEL  ?=
+DEVICES ?=
+DEVICE ?=
+
+.DEFAULT_GOAL := build
+.PHONY: build setup test test-slow test-all bench clean
+
+# The sentinel is rebuilt when .venv is missing or pyproject.toml changed.
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+build: $(VENV)/.installed
+	$(BIN)/edgeship build --target $(target) $(if $(MODEL),--model $(MODEL)) \
+		$(if $(DEVICES),--devices $(DEVICES)) $(foreach d,$(DEVICE),--device $(d))
+
+test: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: $(VENV)/.installed
+	$(BIN)/python -m pytest -q -m slow
+
+test-all: $(VENV)/.installed
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/quantization.py
+
+clean:
+	rm -rf artifacts/*/ artifacts/.cache

@@ -1,0 +1,5 @@
+import sys
+
+from edgeship.cli import main
+
+sys.exit(main())

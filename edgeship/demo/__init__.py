@@ -1,0 +1,1 @@
+"""The built-in demo: DigitNet, a small MobileNet-style CNN trained on scikit-learn's digits."""

@@ -1,0 +1,70 @@
+"""Error types. Each carries what a person needs to fix it; the exit code comes from the type.
+
+Exit codes (the contract in DESIGN.md): 0 success, 2 bad input, 3 a validation gate failed,
+1 anything else (a bug).
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class EdgeshipError(Exception):
+    """Base class; ``exit_code`` is what the command line exits with."""
+
+    exit_code = 1
+
+
+class BadInputError(EdgeshipError):
+    """Input a person can fix: a profile, model spec, weights file, data set or device file."""
+
+    exit_code = 2
+
+
+class ProfileError(BadInputError):
+    """A target profile that does not parse or validate."""
+
+
+class ModelSpecError(BadInputError):
+    """A model spec (model.toml or module:callable) that cannot be used."""
+
+
+class WeightsError(BadInputError):
+    """A weights file that is refused or does not fit the model."""
+
+
+class DataError(BadInputError):
+    """Calibration or evaluation data that is missing, unreadable or of the wrong shape."""
+
+
+class CaptureError(BadInputError):
+    """The model could not be captured by any method the profile allows."""
+
+
+class DeviceError(BadInputError):
+    """A devices file or device name that cannot be used."""
+
+
+class LoweringError(EdgeshipError):
+    """One variant could not be lowered; the build records it and goes on."""
+
+
+class GateFailure(EdgeshipError):
+    """A validation gate failed; every artifact and the results are still written."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, results: object = None) -> None:
+        super().__init__(message)
+        self.results = results
+
+
+def did_you_mean(value: str, allowed: Iterable[str]) -> str:
+    """A ' (did you mean "x"?)' suffix for a near-miss, or an empty string."""
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f' (did you mean "{close[0]}"?)' if close else ""
+
+
+def one_of(allowed: Iterable[str]) -> str:
+    """Render an allowed set for a message: ``one of: a, b, c``."""
+    return "one of: " + ", ".join(sorted(str(a) for a in allowed))

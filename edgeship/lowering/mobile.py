@@ -1,0 +1,84 @@
+"""PyTorch Mobile: frozen TorchScript saved for the lite interpreter (``.ptl``).
+
+Apps pin an older lite runtime (the last Android/iOS releases are 1.13.x), so the artifact's
+bytecode version and operator list are recorded, and a profile may name the bytecode version its
+runtime reads; the artifact is then backported, or the variant fails with the reason.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+from typing import Any
+
+from pydantic import Field
+
+from edgeship.config import StrictModel
+from edgeship.errors import LoweringError
+from edgeship.fsutil import atomic_output
+from edgeship.lowering import register
+from edgeship.lowering.base import Artifact, Backend, LowerRequest
+
+
+@register
+class PytorchMobileBackend(Backend):
+    name = "pytorch-mobile"
+    suffix = ".ptl"
+    runtime = "pytorch-mobile"
+    capture_methods = ("trace", "script")
+
+    class Options(StrictModel):
+        """Options of the pytorch-mobile backend."""
+
+        bytecode_version: int | None = Field(None, ge=3, description="Bytecode version the app's lite runtime reads; the artifact is backported to it.")
+        optimize: bool = Field(True, description="Run optimize_for_mobile where this torch build supports it.")
+
+    def lower(self, request: LowerRequest) -> Artifact:
+        import torch
+
+        opts = request.options
+        notes: list[str] = []
+        frozen = torch.jit.freeze(request.captured.program.eval())
+        if opts.optimize:
+            frozen = self._optimize(frozen, notes)
+        with atomic_output(request.dest) as tmp:
+            frozen._save_for_lite_interpreter(str(tmp))
+            version = self._meet_bytecode_version(tmp, opts.bytecode_version, notes)
+        details = {"bytecode_version": version, "operators": operator_list(request.dest)}
+        return Artifact(request.dest, notes, details)
+
+    @staticmethod
+    def _optimize(frozen: Any, notes: list[str]) -> Any:
+        from torch.utils.mobile_optimizer import optimize_for_mobile
+
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                return optimize_for_mobile(frozen)
+        except RuntimeError as e:
+            reason = "this torch build has no XNNPACK" if "XNNPACK" in str(e) else str(e).splitlines()[0][:120]
+            notes.append(f"optimize_for_mobile skipped: {reason}; the artifact is frozen TorchScript")
+            return frozen
+
+    @staticmethod
+    def _meet_bytecode_version(path: Any, wanted: int | None, notes: list[str]) -> int:
+        from torch.jit.mobile import _backport_for_mobile, _get_model_bytecode_version
+
+        current = _get_model_bytecode_version(str(path))
+        if wanted is None or wanted >= current:
+            return current
+        backported = path.with_name(path.name + ".bp")
+        try:
+            if not _backport_for_mobile(str(path), str(backported), wanted):
+                raise LoweringError(f"cannot bring bytecode version {current} down to {wanted}: "
+                                    f"this torch cannot backport that far")
+            backported.replace(path)
+        finally:
+            backported.unlink(missing_ok=True)
+        notes.append(f"backported from bytecode version {current} to {wanted}")
+        return _get_model_bytecode_version(str(path))
+
+
+def operator_list(path: Any) -> list[str]:
+    """The root operators a lite-interpreter artifact needs (what a selective build must include)."""
+    from torch.jit.mobile import _export_operator_list, _load_for_lite_interpreter
+
+    return sorted(_export_operator_list(_load_for_lite_interpreter(str(path))))

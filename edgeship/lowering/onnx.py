@@ -1,0 +1,126 @@
+"""ONNX: an ``.onnx`` model checked with onnx.checker and run by ONNX Runtime.
+
+From a torch.export capture the dynamo exporter writes opset 18 or later; from a TorchScript
+capture (trace, script) the TorchScript exporter writes older opsets too. The batch dimension is
+dynamic unless the profile says otherwise.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from edgeship.config import StrictModel
+from edgeship.errors import LoweringError
+from edgeship.fsutil import atomic_output
+from edgeship.lowering import register
+from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
+
+DYNAMO_MIN_OPSET = 18
+
+
+class OnnxOptions(StrictModel):
+    """Options of the onnx backend."""
+
+    opset: int = Field(18, ge=7, le=23, description="ONNX opset; below 18 needs a trace or script capture.")
+    dynamic_batch: bool = Field(True, description="Leave the batch dimension free (named 'batch').")
+    graph_optimization: Literal["disabled", "basic", "extended", "all"] = Field(
+        "all", description="ONNX Runtime graph optimization level when the artifact is run.")
+
+
+@register
+class OnnxBackend(Backend):
+    name = "onnx"
+    suffix = ".onnx"
+    runtime = "onnxruntime"
+    capture_methods = ("export", "trace", "script")
+    Options = OnnxOptions
+
+    def available(self) -> str | None:
+        try:
+            require("onnxruntime", self.name)
+        except LoweringError as e:
+            return str(e)
+        return None
+
+    def wants_dynamic_batch(self, options: Any) -> bool:
+        return bool(options.dynamic_batch)
+
+    def job_options(self, options: Any) -> dict[str, Any]:
+        return {"graph_optimization": options.graph_optimization}
+
+    def lower(self, request: LowerRequest) -> Artifact:
+        onnx = require("onnx", self.name)
+        export_onnx(request.captured, request.options.opset, request.options.dynamic_batch, request.dest)
+        model = onnx.load(str(request.dest), load_external_data=False)
+        onnx.checker.check_model(str(request.dest))
+        return Artifact(request.dest, [], graph_details(model))
+
+
+def export_onnx(captured: Any, opset: int, dynamic_batch: bool, dest: Path) -> None:
+    """Write ``captured`` as ONNX to ``dest`` (atomically) with the spec's input names."""
+    import torch
+
+    spec = captured.model.spec
+    names = [i.name for i in spec.inputs]
+    with atomic_output(dest) as tmp:
+        if captured.method == "export":
+            if opset < DYNAMO_MIN_OPSET:
+                raise LoweringError(f"opset {opset}: the torch.export ONNX exporter writes opset "
+                                    f"{DYNAMO_MIN_OPSET} or later; put trace or script first in this "
+                                    "variant's capture order for older opsets")
+            with contextlib.redirect_stdout(io.StringIO()):
+                program = torch.onnx.export(captured.program, dynamo=True, opset_version=opset,
+                                            input_names=names, output_names=output_names(captured),
+                                            verbose=False)
+            program.save(str(tmp))
+        else:
+            axes = {n: {0: "batch"} for n in names + output_names(captured)} if dynamic_batch else None
+            with contextlib.redirect_stdout(io.StringIO()):
+                torch.onnx.export(captured.program, captured.example_inputs, str(tmp), dynamo=False,
+                                  opset_version=opset, input_names=names,
+                                  output_names=output_names(captured), dynamic_axes=axes)
+        name_batch_dim(tmp)
+
+
+def output_names(captured: Any) -> list[str]:
+    """``output`` for one output, else ``output0``, ``output1``, ... (counted on the float model)."""
+    import torch
+
+    with torch.inference_mode():
+        out = captured.model.module(*captured.example_inputs)
+    n = len(out) if isinstance(out, (tuple, list)) else 1
+    return ["output"] if n == 1 else [f"output{i}" for i in range(n)]
+
+
+def name_batch_dim(path: Path) -> None:
+    """Call the first dimension 'batch' wherever the exporter gave it a symbolic name."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for value in list(model.graph.input) + list(model.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        if dims and dims[0].dim_param:
+            dims[0].dim_param = "batch"
+    onnx.save(model, str(path))
+
+
+def graph_details(model: Any) -> dict[str, Any]:
+    """Opset, input and output signatures, and operator counts of an ONNX model."""
+    import onnx
+
+    def signature(values: Any) -> list[dict[str, Any]]:
+        return [{"name": v.name,
+                 "shape": [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim],
+                 "dtype": onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name}
+                for v in values]
+
+    ops: dict[str, int] = {}
+    for node in model.graph.node:
+        ops[node.op_type] = ops.get(node.op_type, 0) + 1
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    return {"opset": opset, "inputs": signature(model.graph.input), "outputs": signature(model.graph.output),
+            "nodes": len(model.graph.node), "operators": dict(sorted(ops.items()))}

@@ -1,0 +1,74 @@
+"""Lowering: one artifact per variant, from the first capture method its backend can use.
+
+A variant that cannot be captured or lowered is recorded with the reason (and a traceback in
+``lowering.log`` beside where its artifact would be); the other variants still build.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeship.errors import LoweringError
+from edgeship.fsutil import atomic_write_text
+from edgeship.lowering import BACKENDS, Artifact, Backend, LowerRequest
+from edgeship.pipeline.capture import Capturer, CaptureFailed
+from edgeship.profile import Profile, Variant
+
+
+@dataclass
+class Lowered:
+    """The outcome of lowering one variant."""
+
+    variant: Variant
+    backend: Backend
+    options: Any
+    artifact: Artifact | None = None
+    capture: str | None = None
+    capture_seconds: float | None = None
+    capture_failures: list[CaptureFailed] = field(default_factory=list)
+    seconds: float | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def capture_order(profile: Profile, variant: Variant) -> list[str]:
+    """The variant's capture methods in fallback order, keeping only those its backend takes."""
+    backend = BACKENDS[variant.backend]
+    return [m for m in (variant.capture or profile.capture.methods) if m in backend.capture_methods]
+
+
+def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_dir: Path,
+                  calibration: Callable[[], Any] | None = None, debug: bool = False) -> Lowered:
+    """Capture (with fallback) and lower one variant; failures become ``Lowered.error``."""
+    backend = BACKENDS[variant.backend]
+    result = Lowered(variant, backend, backend.parse_options(variant.options))
+    captured, result.capture_failures = capturer.first(capture_order(profile, variant),
+                                                       backend.wants_dynamic_batch(result.options))
+    result.notes.extend(f"capture {f} (fell back)" for f in result.capture_failures if captured)
+    if captured is None:
+        result.error = "capture failed: " + "; ".join(str(f) for f in result.capture_failures)
+        return result
+    result.capture = captured.method
+    result.capture_seconds = captured.seconds
+    result.notes.extend(captured.notes)
+    dest = out_dir / variant.name / f"model{backend.suffix}"
+    request = LowerRequest(captured, variant, result.options, dest, calibration)
+    start = time.perf_counter()
+    try:
+        result.artifact = backend.lower(request)
+    except Exception as e:  # a converter's failure belongs to this variant only
+        if debug and not isinstance(e, LoweringError):
+            raise
+        result.error = f"lowering failed: {type(e).__name__}: {_first_line(e)}"
+        atomic_write_text(dest.parent / "lowering.log", traceback.format_exc())
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [line for line in str(e).strip().splitlines() if line.strip()]
+    return lines[0][:300] if lines else ""

@@ -1,0 +1,69 @@
+"""The plan: everything a build needs, read and checked before the first slow step.
+
+A typo in a profile, a model spec or a devices file fails here, in about a second, before the
+model is imported or anything is lowered.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgeship.devices import Device, LocalDevice
+from edgeship.errors import DeviceError, did_you_mean
+from edgeship.profile import Profile, load_profile
+from edgeship.spec import ModelSpec, demo_spec_path, load_spec
+
+
+@dataclass
+class BuildRequest:
+    """What the user asked for (the command line's ``build`` arguments)."""
+
+    target: str
+    model: str | None = None
+    input_shape: str | None = None
+    out: Path | None = None
+    devices_file: Path | None = None
+    device_names: list[str] = field(default_factory=list)
+    trust_weights: bool = False
+    debug: bool = False
+    quiet: bool = False
+
+
+@dataclass
+class Plan:
+    """A checked build: profile, model spec, output folder and the devices to measure on."""
+
+    request: BuildRequest
+    profile: Profile
+    spec: ModelSpec
+    out_dir: Path
+    devices: list[Device]
+
+    @property
+    def evaluation_source(self) -> str | None:
+        return self.profile.data.evaluation or self.spec.data.evaluation
+
+    @property
+    def calibration_source(self) -> str | None:
+        return self.profile.data.calibration or self.spec.data.calibration
+
+
+def make_plan(request: BuildRequest) -> Plan:
+    """Read and validate the profile, the model spec and the devices (ProfileError etc., exit 2)."""
+    profile = load_profile(request.target)
+    spec = load_spec(request.model or demo_spec_path(), request.input_shape)
+    out_dir = Path(request.out) if request.out else Path("artifacts") / profile.name / spec.name
+    return Plan(request, profile, spec, out_dir, resolve_devices(request))
+
+
+def resolve_devices(request: BuildRequest) -> list[Device]:
+    """The devices to measure on; without a devices file, only this machine ('host')."""
+    if request.devices_file is not None:
+        from edgeship.devices.config import load_devices
+
+        return load_devices(request.devices_file).select(request.device_names or ["host"])
+    unknown = [n for n in request.device_names if n != "host"]
+    if unknown:
+        raise DeviceError(f"--device {unknown[0]}: unknown device; without --devices FILE only 'host' "
+                          f"is known{did_you_mean(unknown[0], ['host'])}")
+    return [LocalDevice("host")]

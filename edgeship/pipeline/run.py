@@ -1,0 +1,171 @@
+"""The build, stage by stage, as the data-flow picture in DESIGN.md draws it:
+
+    plan -> load model -> evaluation data + float reference -> capture + lower (per variant)
+         -> validate (per variant and device) -> results.json -> table
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from edgeship.calibration import Dataset, load_dataset, random_dataset
+from edgeship.devices import Job
+from edgeship.errors import CaptureError, GateFailure
+from edgeship.fsutil import tree_size
+from edgeship.model import LoadedModel, count_flops, load_model, sha256_file
+from edgeship.pipeline.capture import Capturer
+from edgeship.pipeline.lower import Lowered, lower_variant
+from edgeship.pipeline.plan import BuildRequest, Plan, make_plan
+from edgeship.pipeline.validate import Reference, accuracy_of, check_gates, measure, reference_outputs
+from edgeship.progress import Progress
+from edgeship.results import ModelInfo, Results, VariantResult, now_utc, toolchain_versions
+
+WORK = ".work"
+
+
+def build(request: BuildRequest) -> Results:
+    """Run a whole build; raises GateFailure (exit 3) after writing everything when a gate fails."""
+    progress = Progress(request.quiet)
+    with progress.step("plan") as status:
+        plan = make_plan(request)
+        status["result"] = (f"{plan.profile.name}: {len(plan.profile.variants)} variants of "
+                            f"{plan.spec.name}, devices {', '.join(d.name for d in plan.devices)}")
+    with progress.step(f"load {plan.spec.name}") as status:
+        model = load_model(plan.spec, request.trust_weights)
+        status["result"] = f"{model.params:,} parameters"
+    with progress.step("evaluation data + float reference") as status:
+        ref = reference_outputs(model.module, evaluation_data(plan), batch_size(model), plan.out_dir / WORK)
+        status["result"] = ref.data.source
+    lowered = lower_all(plan, model, progress)
+    rows = [eager_row(plan, model)] + [variant_row(plan, item) for item in lowered]
+    validate_all(plan, model, ref, lowered, rows, progress)
+    results = Results(target=plan.profile.name, created=now_utc(), model=model_info(model),
+                      toolchain=toolchain_versions(), variants=rows)
+    results.write(plan.out_dir / "results.json")
+    progress.info(f"wrote {plan.out_dir / 'results.json'}")
+    failed = [r.name for r in rows if not r.gates.passed]
+    if failed:
+        raise GateFailure(f"{len(failed)} variant(s) failed validation: {', '.join(failed)}; "
+                          f"see {plan.out_dir / 'results.json'}", results)
+    return results
+
+
+def evaluation_data(plan: Plan) -> Dataset:
+    """The evaluation samples: the profile's or spec's data, else seeded random inputs."""
+    settings = plan.profile.evaluation
+    if plan.evaluation_source:
+        data = load_dataset(plan.evaluation_source, plan.spec, "evaluation")
+        return data.take(settings.samples, settings.seed)
+    return random_dataset(plan.spec, settings.random_samples, settings.seed)
+
+
+def batch_size(model: LoadedModel) -> int:
+    return int(model.spec.inputs[0].shape[0])
+
+
+def lower_all(plan: Plan, model: LoadedModel, progress: Progress) -> list[Lowered]:
+    """Capture and lower every variant; when no method captures the model at all, CaptureError."""
+    capturer = Capturer(model)
+    out = []
+    for variant in plan.profile.variants:
+        with progress.step(f"lower {variant.name} ({variant.backend} {variant.precision})") as status:
+            item = lower_variant(plan.profile, variant, capturer, plan.out_dir, debug=plan.request.debug)
+            if item.error:
+                status.update(warn="1", result=item.error)
+            else:
+                status["result"] = f"{_size(item.artifact.path)} via {item.capture}"
+        out.append(item)
+    if all(item.capture is None for item in out):
+        tried = "; ".join(str(f) for f in capturer.failures())
+        raise CaptureError(f"{plan.spec.source or plan.spec.name}: the model could not be captured by "
+                           f"any method the profile allows: {tried}")
+    return out
+
+
+def eager_row(plan: Plan, model: LoadedModel) -> VariantResult:
+    return VariantResult(name="eager", backend="eager", precision="fp32",
+                         notes=["the float PyTorch model: the reference every variant is compared with"])
+
+
+def variant_row(plan: Plan, item: Lowered) -> VariantResult:
+    """The results row for a lowered variant, before measurement."""
+    row = VariantResult(name=item.variant.name, backend=item.variant.backend,
+                        precision=item.variant.precision, error=item.error)
+    row.lowering.seconds = item.seconds
+    row.lowering.capture = item.capture
+    row.lowering.capture_seconds = item.capture_seconds
+    row.lowering.notes = list(item.notes)
+    if item.artifact:
+        path = item.artifact.path
+        row.file = str(path.relative_to(plan.out_dir))
+        row.size_bytes = tree_size(path)
+        row.sha256 = sha256_file(path) if path.is_file() else None
+        row.lowering.notes += item.artifact.notes
+        row.lowering.details = item.artifact.details
+    else:
+        row.gates.passed = False
+        row.gates.failures.append(item.error or "no artifact")
+    return row
+
+
+def validate_all(plan: Plan, model: LoadedModel, ref: Reference, lowered: list[Lowered],
+                 rows: list[VariantResult], progress: Progress) -> None:
+    """Measure the eager model and every artifact on every device; fill accuracy and gates."""
+    jobs: list[tuple[VariantResult, Job | None, str | None]] = [(rows[0], eager_job(plan, model, ref), None)]
+    for item, row in zip(lowered, rows[1:]):
+        if item.artifact is not None:
+            jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available()))
+    for row, job, unavailable in jobs:
+        for device in plan.devices:
+            if unavailable:
+                row.notes.append(f"{device.name}: not measured here: {unavailable}")
+                continue
+            with progress.step(f"measure {row.name} on {device.name}") as status:
+                m = measure(device, job, plan.profile.latency, plan.out_dir / WORK / row.name / device.name)
+                row.latency.append(m.latency)
+                status["result"] = (f"p50 {m.latency.p50_ms:.3f} ms" if m.latency.p50_ms is not None
+                                    else "; ".join(m.latency.notes))
+                if m.outputs is not None and row.accuracy is None:
+                    row.accuracy, notes = accuracy_of(ref, m.outputs)
+                    row.notes += [f"accuracy from outputs on {device.name}"] + notes
+        if row.backend != "eager" and row.error is None:
+            row.gates = check_gates(plan.profile.gates_for(_variant(plan, row.name)), row.accuracy, row.latency)
+
+
+def _variant(plan: Plan, name: str) -> Any:
+    return next(v for v in plan.profile.variants if v.name == name)
+
+
+def eager_job(plan: Plan, model: LoadedModel, ref: Reference) -> Job:
+    """The float model, timed by the same runner in a fresh process (host only)."""
+    options = {"spec": model.spec.model_dump(mode="json"), "base_dir": str(model.spec.base_dir),
+               "trust_weights": plan.request.trust_weights}
+    return _job(plan, model, ref, "eager", None, None, options)
+
+
+def artifact_job(plan: Plan, model: LoadedModel, ref: Reference, item: Lowered) -> Job:
+    path = item.artifact.path
+    return _job(plan, model, ref, item.backend.runtime, path, sha256_file(path) if path.is_file() else None,
+                item.backend.job_options(item.options))
+
+
+def _job(plan: Plan, model: LoadedModel, ref: Reference, runtime: str, artifact: Path | None,
+         sha: str | None, options: dict[str, Any]) -> Job:
+    lat = plan.profile.latency
+    return Job(runtime=runtime, artifact=artifact, sha256=sha, inputs=ref.inputs_npz,
+               input_names=[i.name for i in model.spec.inputs], batch=batch_size(model),
+               warmup=lat.warmup, iterations=lat.iterations, threads=lat.threads,
+               timeout_s=lat.timeout_s, options=options)
+
+
+def model_info(model: LoadedModel) -> ModelInfo:
+    spec = model.spec
+    return ModelInfo(name=spec.name, entry=spec.entry, weights_sha256=model.weights_sha256,
+                     inputs=[i.model_dump() for i in spec.inputs], params=model.params,
+                     flops=count_flops(model.module, model.example_inputs))
+
+
+def _size(path: Path) -> str:
+    n = tree_size(path)
+    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.2f} MiB"

@@ -1,0 +1,163 @@
+"""Target profiles (``targets/*.toml``): what to build for a target and how to check it.
+
+A profile lists variants (one artifact each: backend, precision, options), the capture methods in
+fallback order, validation gates and latency settings. Loading validates the whole profile,
+including each variant's backend options, before any model is touched.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from edgeship.config import StrictModel, data_source, raise_problems, read_toml, validate
+from edgeship.errors import ProfileError, did_you_mean, one_of
+
+Precision = Literal["fp32", "fp16", "int8", "w8"]
+CaptureMethod = Literal["export", "trace", "script"]
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class CaptureSettings(StrictModel):
+    """How the model is captured into a graph."""
+
+    methods: list[CaptureMethod] = Field(
+        default=["export", "trace", "script"], min_length=1,
+        description="Capture methods in fallback order; each backend uses those it accepts.")
+
+
+class LatencySettings(StrictModel):
+    """How latency is measured on every device."""
+
+    warmup: int = Field(10, ge=0, description="Untimed inferences before timing starts.")
+    iterations: int = Field(100, ge=1, description="Timed inferences; percentiles come from these.")
+    threads: int | None = Field(None, ge=1, description="Runtime threads; unset: the device's core count.")
+    timeout_s: float = Field(600.0, gt=0, description="Seconds one measurement may take before it is stopped.")
+
+
+class Gates(StrictModel):
+    """Validation gates. A variant that fails one is marked and the build exits 3."""
+
+    min_sqnr_db: float | None = Field(None, description="Lowest SQNR (dB) of outputs against the float model.")
+    max_top1_drop: float | None = Field(None, ge=0, description="Largest top-1 drop against float, in points.")
+    min_agreement: float | None = Field(None, ge=0, le=1, description="Lowest share of samples whose top-1 equals the float model's.")
+    min_cosine: float | None = Field(None, ge=-1, le=1, description="Lowest cosine similarity of outputs to float.")
+    max_p50_ms: float | None = Field(None, gt=0, description="Highest p50 latency (ms) on any device measured.")
+
+    def merged(self, override: "Gates | None") -> "Gates":
+        """These gates with every field the override sets replaced."""
+        if override is None:
+            return self
+        return self.model_copy(update=override.model_dump(exclude_unset=True))
+
+
+class EvaluationSettings(StrictModel):
+    """Which samples accuracy is measured on."""
+
+    samples: int | None = Field(None, ge=1, description="Use at most this many evaluation samples; unset: all.")
+    random_samples: int = Field(32, ge=1, description="Seeded random inputs used when the model has no evaluation data.")
+    seed: int = Field(0, description="Seed for sampling and for random inputs.")
+
+
+class DataOverride(StrictModel):
+    """Data the profile uses instead of the model spec's own."""
+
+    calibration: str | None = Field(None, description="Calibration data (.npz, image folder or module:callable) for this target.")
+    evaluation: str | None = Field(None, description="Evaluation data (.npz, image folder or module:callable) for this target.")
+
+    _exists = field_validator("calibration", "evaluation")(data_source)
+
+
+class Variant(StrictModel):
+    """One artifact: a backend, a precision and the backend's options."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="Unique name; the artifact's folder.")
+    backend: str = Field(description="Backend id, e.g. pytorch-mobile, executorch, onnx.")
+    precision: Precision = Field("fp32", description="fp32, fp16, int8 (weights and activations) or w8 (weights).")
+    capture: list[CaptureMethod] | None = Field(None, min_length=1, description="Capture fallback order for this variant; unset: the profile's.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Backend options, checked against the backend's own schema.")
+    gates: Gates | None = Field(None, description="Gates for this variant, overriding the profile's field by field.")
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        from edgeship.lowering import BACKENDS
+
+        if value not in BACKENDS:
+            raise ValueError(f"unknown backend; {one_of(BACKENDS)}{did_you_mean(value, BACKENDS)}")
+        return value
+
+
+class Profile(StrictModel):
+    """A target profile, as read from ``targets/NAME.toml``."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="Target name; the first folder under artifacts/.")
+    description: str = Field("", description="One line on what the target is.")
+    capture: CaptureSettings = Field(default_factory=CaptureSettings, description="Capture methods.")
+    latency: LatencySettings = Field(default_factory=LatencySettings, description="Latency settings.")
+    gates: Gates = Field(default_factory=Gates, description="Gates for every variant.")
+    evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings, description="Evaluation samples.")
+    data: DataOverride = Field(default_factory=DataOverride, description="Data that overrides the model spec's.")
+    variants: list[Variant] = Field(min_length=1, description="The artifacts to build.")
+    path: Path | None = Field(None, exclude=True, description="Where the profile was read from (set by the loader).")
+
+    @model_validator(mode="after")
+    def _unique_variant_names(self) -> "Profile":
+        seen: set[str] = set()
+        for v in self.variants:
+            if v.name in seen:
+                raise ValueError(f"variant name {v.name!r} is used twice; names must be unique")
+            seen.add(v.name)
+        return self
+
+    def gates_for(self, variant: Variant) -> Gates:
+        """The profile's gates with the variant's overrides applied."""
+        return self.gates.merged(variant.gates)
+
+
+def resolve_profile_path(target: str, search: list[Path] | None = None) -> Path:
+    """``host`` -> ``targets/host.toml`` (cwd first, then the project folder); a path stays a path."""
+    if target.endswith(".toml") or "/" in target or "\\" in target:
+        return Path(target)
+    if not re.match(NAME_PATTERN, target):
+        raise ProfileError(f"target {target!r}: not a profile name or a .toml path")
+    dirs = search or [Path.cwd() / "targets", Path(__file__).resolve().parent.parent / "targets"]
+    for d in dirs:
+        if (d / f"{target}.toml").is_file():
+            return d / f"{target}.toml"
+    known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.toml")})
+    raise ProfileError(f"target {target!r}: no {target}.toml in {dirs[0]}; known targets: "
+                       f"{', '.join(known) or 'none'}{did_you_mean(target, known)}")
+
+
+def load_profile(target: str | Path) -> Profile:
+    """Read and fully validate a profile, backend options included (ProfileError, exit 2)."""
+    path = resolve_profile_path(str(target))
+    data = read_toml(path, ProfileError)
+    data.setdefault("name", path.stem)
+    profile = validate(data, Profile, str(path), ProfileError, context={"base_dir": path.parent})
+    profile.path = path
+    check_backend_options(profile, str(path))
+    return profile
+
+
+def check_backend_options(profile: Profile, source: str) -> None:
+    """Validate every variant's options and precision against its backend; one error for all."""
+    from edgeship.lowering import BACKENDS
+
+    problems: list[str] = []
+    for i, v in enumerate(profile.variants):
+        backend = BACKENDS[v.backend]
+        where = f"variants[{i}] ({v.name})"
+        if v.precision not in backend.precisions:
+            problems.append(f"{where}.precision = \"{v.precision}\": backend {v.backend} supports "
+                            f"{one_of(backend.precisions)}")
+        problems.extend(f"{where}.options: {p}" for p in backend.option_problems(v.options))
+        methods = v.capture or profile.capture.methods
+        if not set(methods) & set(backend.capture_methods):
+            problems.append(f"{where}: backend {v.backend} captures with {one_of(backend.capture_methods)}, "
+                            f"but the capture order allows only {', '.join(methods)}")
+    if problems:
+        raise_problems(source, problems, ProfileError)

@@ -1,0 +1,42 @@
+"""Progress lines for long work, on stderr, so stdout stays for results."""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+
+from rich.console import Console
+
+console = Console(stderr=True, highlight=False)
+
+
+class Progress:
+    """Prints one line per finished step with its duration; a spinner while a step runs."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            console.print(message)
+
+    @contextlib.contextmanager
+    def step(self, label: str) -> Iterator[dict[str, str]]:
+        """Run a step; the caller may set ``status["result"]`` for the closing line."""
+        status: dict[str, str] = {}
+        start = time.perf_counter()
+        spinner = console.status(f"{label} ...") if not self.quiet and console.is_terminal else None
+        try:
+            if spinner:
+                spinner.start()
+            yield status
+        except BaseException:
+            if spinner:
+                spinner.stop()
+            self.info(f"[red]✗[/red] {label} [dim]({time.perf_counter() - start:.1f} s)[/dim]")
+            raise
+        if spinner:
+            spinner.stop()
+        mark = "[yellow]![/yellow]" if status.get("warn") else "[green]✓[/green]"
+        extra = f": {status['result']}" if status.get("result") else ""
+        self.info(f"{mark} {label}{extra} [dim]({time.perf_counter() - start:.1f} s)[/dim]")

@@ -1,0 +1,1 @@
+"""Renderings of results: the console table, and (later) markdown, HTML and CSV reports."""

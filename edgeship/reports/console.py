@@ -1,0 +1,62 @@
+"""The short table printed at the end of a build: variant, size, top-1, SQNR, p50 per device."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from edgeship.results import Results, VariantResult
+
+
+def results_table(results: Results) -> Table:
+    """One row per variant; one p50 column per device measured."""
+    devices = list(dict.fromkeys(lat.device for v in results.variants for lat in v.latency))
+    table = Table(title=f"{results.model.name} on {results.target}", title_justify="left")
+    for column in ("variant", "backend", "precision", "size", "top-1", "SQNR dB"):
+        table.add_column(column, justify="left" if column in ("variant", "backend", "precision") else "right")
+    for d in devices:
+        table.add_column(f"p50 ms {d}", justify="right")
+    table.add_column("gates")
+    for v in results.variants:
+        table.add_row(v.name, v.backend, v.precision, _size(v.size_bytes), *_accuracy(v),
+                      *[_p50(v, d) for d in devices], _gates(v))
+    return table
+
+
+def print_results(results: Results, console: Console | None = None) -> None:
+    console = console or Console()
+    if not console.is_terminal:
+        console.width = max(console.width, 140)  # a log file or pipe: do not wrap the table
+    console.print(results_table(results))
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.2f} MiB"
+
+
+def _accuracy(v: VariantResult) -> tuple[str, str]:
+    a = v.accuracy
+    if a is None:
+        return "-", "-"
+    top1 = "-" if a.top1 is None else f"{100 * a.top1:.2f}%"
+    if a.sqnr_db is not None:
+        sqnr = f"{a.sqnr_db:.1f}"
+    else:
+        sqnr = "exact" if a.max_abs_err == 0.0 else "-"
+    return top1, sqnr
+
+
+def _p50(v: VariantResult, device: str) -> str:
+    row = next((lat for lat in v.latency if lat.device == device), None)
+    if row is None or row.p50_ms is None:
+        return "not measured"
+    return f"{row.p50_ms:.3f}"
+
+
+def _gates(v: VariantResult) -> str:
+    if v.backend == "eager":
+        return "reference"
+    if v.gates.passed:
+        return "[green]pass[/green]"
+    return "[red]FAIL[/red] " + "; ".join(v.gates.failures)[:80]

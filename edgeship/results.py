@@ -1,0 +1,138 @@
+"""results.json (schema 1): the models that write and read it.
+
+The field names are DESIGN.md's contract; fields added here extend it. A measurement that could
+not be taken is None with the reason in ``notes``, never a made-up number.
+"""
+from __future__ import annotations
+
+import json
+import platform
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgeship.fsutil import atomic_write_text
+
+SCHEMA = 1
+TOOLCHAIN_DISTS = ("torch", "torchvision", "executorch", "torchao", "onnx", "onnxruntime", "onnxscript",
+                   "coremltools", "tensorrt", "numpy", "edgeship")
+
+
+class ResultModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Accuracy(ResultModel):
+    """Outputs of one variant against the float model's, on the evaluation samples."""
+
+    samples: int
+    top1: float | None = None
+    top1_drop: float | None = Field(None, description="Float top-1 minus this top-1, in points.")
+    agreement: float | None = None
+    sqnr_db: float | None = Field(None, description="None when outputs equal the float ones (infinite).")
+    cosine: float | None = None
+    max_abs_err: float | None = None
+
+
+class Latency(ResultModel):
+    """One variant timed on one device."""
+
+    device: str
+    runtime: str
+    threads: int | None = None
+    warmup: int
+    iterations: int
+    p50_ms: float | None = None
+    p90_ms: float | None = None
+    p99_ms: float | None = None
+    mean_ms: float | None = None
+    std_ms: float | None = None
+    cv: float | None = Field(None, description="Coefficient of variation (std / mean) of the timed iterations.")
+    load_ms: float | None = None
+    peak_rss_mb: float | None = Field(None, description="Peak resident memory of the runner process.")
+    measured_at: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+
+class Lowering(ResultModel):
+    seconds: float | None = Field(None, description="Seconds spent lowering (capture not included).")
+    capture: str | None = Field(None, description="Capture method that produced the artifact.")
+    capture_seconds: float | None = Field(None, description="Seconds the capture took (shared by variants using it).")
+    notes: list[str] = Field(default_factory=list)
+    details: dict[str, Any] = Field(default_factory=dict, description="Backend facts: ops, delegation, versions.")
+
+
+class GateResult(ResultModel):
+    passed: bool = True
+    failures: list[str] = Field(default_factory=list)
+
+
+class VariantResult(ResultModel):
+    """One row of results.json: one artifact (or the eager float model)."""
+
+    name: str
+    backend: str
+    precision: str
+    quantization: Literal["none", "dynamic", "static"] = "none"
+    file: str | None = None
+    size_bytes: int | None = None
+    sha256: str | None = None
+    lowering: Lowering = Field(default_factory=Lowering)
+    accuracy: Accuracy | None = None
+    latency: list[Latency] = Field(default_factory=list)
+    gates: GateResult = Field(default_factory=GateResult)
+    error: str | None = Field(None, description="Why the variant has no artifact, when it failed.")
+    notes: list[str] = Field(default_factory=list)
+
+
+class ModelInfo(ResultModel):
+    name: str
+    entry: str
+    weights_sha256: str | None = None
+    inputs: list[dict[str, Any]]
+    params: int
+    flops: int | None = None
+
+
+class Results(ResultModel):
+    """The whole results.json document."""
+
+    schema_version: int = Field(SCHEMA, alias="schema")
+    target: str
+    created: str
+    model: ModelInfo
+    toolchain: dict[str, str]
+    variants: list[VariantResult]
+
+    def dump(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=2) + "\n"
+
+    def write(self, path: Path) -> None:
+        """Write atomically, so a reader never sees a half-written file."""
+        atomic_write_text(path, self.dump())
+
+    @classmethod
+    def read(cls, path: Path) -> "Results":
+        return cls.model_validate_json(Path(path).read_text())
+
+    def variant(self, name: str) -> VariantResult:
+        return next(v for v in self.variants if v.name == name)
+
+
+def now_utc() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def toolchain_versions() -> dict[str, str]:
+    """Python and the installed versions of the libraries that shape artifacts."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for dist in TOOLCHAIN_DISTS:
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out

@@ -1,0 +1,73 @@
+"""Shared fixtures: a tiny model project on disk (spec, module, weights, data) and a fast profile."""
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+
+FAST_PROFILE = """\
+name = "{name}"
+description = "test profile"
+[latency]
+warmup = 2
+iterations = 10
+threads = 1
+[gates]
+min_sqnr_db = 60.0
+[evaluation]
+samples = 24
+"""
+
+
+def write_profile(folder: Path, variants: str, name: str = "testhost", extra: str = "") -> Path:
+    """A profile with fast latency settings and the given ``[[variants]]`` TOML."""
+    path = folder / f"{name}.toml"
+    path.write_text(FAST_PROFILE.format(name=name) + textwrap.dedent(extra) + textwrap.dedent(variants))
+    return path
+
+
+@pytest.fixture
+def tiny_project(tmp_path: Path) -> Path:
+    """tests/models/tinynet.py copied beside a model.toml, a state_dict and calibration/eval .npz."""
+    import torch
+
+    from tests.models.tinynet import build
+
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    shutil.copy(TESTS / "models" / "tinynet.py", folder / "tinynet.py")
+    torch.save(build().state_dict(), folder / "tiny.pt")
+    rng = np.random.default_rng(0)
+    for name, n in (("calib", 16), ("eval", 32)):
+        np.savez(folder / f"{name}.npz", x=rng.random((n, 3, 16, 16), dtype=np.float32),
+                 y=rng.integers(0, 4, n).astype(np.int64))
+    (folder / "model.toml").write_text(textwrap.dedent("""\
+        name = "tiny"
+        entry = "tinynet:build"
+        weights = "tiny.pt"
+        inputs = [{ name = "image", shape = [1, 3, 16, 16], dtype = "float32" }]
+        [data]
+        calibration = "calib.npz"
+        evaluation = "eval.npz"
+        """))
+    return folder
+
+
+@pytest.fixture
+def tiny_spec(tiny_project: Path):
+    from edgeship.spec import load_spec
+
+    return load_spec(tiny_project / "model.toml")
+
+
+@pytest.fixture
+def tiny_model(tiny_spec):
+    from edgeship.model import load_model
+
+    return load_model(tiny_spec)

@@ -1,0 +1,32 @@
+"""onnx: checked models with named inputs, a dynamic batch and the opset the profile asks for."""
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from edgeship.errors import LoweringError
+from tests.lowering.conftest import sqnr_against_eager
+
+
+def test_onnx_export_has_spec_names_and_dynamic_batch(lower, tiny_model) -> None:
+    artifact, predict = lower("onnx", "export")
+    details = artifact.details
+    assert details["opset"] == 18 and details["inputs"][0]["name"] == "image"
+    assert details["inputs"][0]["shape"][0] == "batch" and details["outputs"][0]["name"] == "output"
+    assert sqnr_against_eager(tiny_model, predict, batch=3) >= 60
+
+
+def test_onnx_trace_capture_writes_older_opsets(lower, tiny_model) -> None:
+    artifact, predict = lower("onnx", "trace", opset=13)
+    assert onnx.load(str(artifact.path)).opset_import[0].version == 13
+    assert sqnr_against_eager(tiny_model, predict, batch=2) >= 60
+
+
+def test_onnx_old_opset_from_export_capture_explains_the_fix(lower) -> None:
+    with pytest.raises(LoweringError, match="opset 13: .* put trace or script first"):
+        lower("onnx", "export", opset=13)
+
+
+def test_onnx_static_batch_when_asked(lower) -> None:
+    artifact, _ = lower("onnx", "export", dynamic_batch=False)
+    assert artifact.details["inputs"][0]["shape"][0] == 1

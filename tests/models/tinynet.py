@@ -1,0 +1,68 @@
+"""Tiny models for tests: fast to capture and lower, each built to exercise one behaviour."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class TinyNet(nn.Module):
+    """Conv, batch norm, ReLU, a depthwise-separable residual block, pooling and a linear head."""
+
+    def __init__(self, classes: int = 4) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU())
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pw = nn.Conv2d(8, 8, 1)
+        self.head = nn.Linear(8, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.stem(x)
+        y = torch.relu(self.pw(self.dw(y)) + y)
+        return self.head(y.mean((2, 3)))
+
+
+class AttentionNet(nn.Module):
+    """nn.MultiheadAttention: fails jit.trace's own consistency check."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 2, batch_first=True)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, _ = self.attn(x, x, x)
+        return self.head(y.mean(1))
+
+
+class Uncapturable(nn.Module):
+    """Data-dependent control flow (export fails), an int output (trace fails) and numpy (script
+    fails): no capture method can take it, yet it runs eagerly."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        if x.sum() > 0:
+            x = x * 2
+        return x, int(np.prod(x.shape))
+
+
+def build(classes: int = 4) -> TinyNet:
+    torch.manual_seed(0)
+    model = TinyNet(classes)
+    with torch.no_grad():  # non-trivial batch-norm statistics, so folding them is tested
+        bn = model.stem[1]
+        bn.running_mean.uniform_(-0.2, 0.2)
+        bn.running_var.uniform_(0.5, 1.5)
+    return model
+
+
+def build_attention() -> AttentionNet:
+    torch.manual_seed(0)
+    return AttentionNet()
+
+
+def build_uncapturable() -> Uncapturable:
+    return Uncapturable()
+
+
+def not_a_module() -> str:
+    return "not a module"

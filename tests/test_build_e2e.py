@@ -1,0 +1,49 @@
+"""End to end, through the installed command, as a user runs it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+HOST_BACKENDS = {"eager", "pytorch-mobile", "executorch", "onnx"}
+
+
+def edgeship(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "edgeship", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=900)
+
+
+def check_host_results(results: dict, min_top1: float | None) -> None:
+    rows = results["variants"]
+    assert rows[0]["backend"] == "eager" and {r["backend"] for r in rows} == HOST_BACKENDS
+    for row in rows:
+        assert row["accuracy"]["samples"] > 0 and row["latency"][0]["device"] == "host"
+        assert row["latency"][0]["p50_ms"] > 0 and row["gates"]["passed"], row
+        if row["backend"] != "eager":
+            assert row["accuracy"]["sqnr_db"] >= 60 and row["size_bytes"] > 0 and len(row["sha256"]) == 64
+    if min_top1 is not None:
+        assert rows[0]["accuracy"]["top1"] >= min_top1
+
+
+def test_build_host_for_a_model_the_project_has_never_seen(tiny_project: Path, tmp_path: Path) -> None:
+    proc = edgeship("build", "--target", "host", "--model", str(tiny_project / "model.toml"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out_dir = tmp_path / "artifacts" / "host" / "tiny"
+    results = json.loads((out_dir / "results.json").read_text())
+    check_host_results(results, min_top1=None)
+    assert results["model"]["name"] == "tiny" and results["variants"][0]["accuracy"]["samples"] == 32
+    for row in results["variants"][1:]:
+        assert (out_dir / row["file"]).is_file()
+    assert "tiny on host" in proc.stdout and "executorch" in proc.stdout
+
+
+@pytest.mark.slow
+def test_build_host_demo_reaches_its_accuracy(tmp_path: Path) -> None:
+    proc = edgeship("build", "--target", "host", "--out", str(tmp_path / "out"), cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    check_host_results(json.loads((tmp_path / "out" / "results.json").read_text()), min_top1=0.97)
