@@ -45,6 +45,10 @@ class DeviceError(BadInputError):
     """A devices file or device name that cannot be used."""
 
 
+class StoreError(BadInputError):
+    """A results database URL that cannot be opened."""
+
+
 class LoweringError(EdgeshipError):
     """One variant could not be lowered; the build records it and goes on."""
 

@@ -53,6 +53,9 @@ class Latency(ResultModel):
     load_ms: float | None = None
     peak_rss_mb: float | None = Field(None, description="Peak resident memory of the runner process.")
     measured_at: str | None = None
+    cv_above_max: bool | None = Field(None, description="True when cv exceeds the profile's latency.max_cv (an unsteady measurement); None when not measured.")
+    attempts: int | None = Field(None, description="How many times the job was started (retries after a dropped connection).")
+    accuracy: Accuracy | None = Field(None, description="Accuracy of the outputs this device returned; None when it returned none.")
     notes: list[str] = Field(default_factory=list)
 
 

@@ -1,0 +1,152 @@
+"""The results store: every measurement of every build in one database, so reports can compare
+devices and follow a model over time.
+
+SQLite at ``artifacts/results.db`` by default; any SQLAlchemy URL (``--db URL`` or the
+``EDGESHIP_DB`` environment variable), so a team can point every build at one PostgreSQL
+(``postgresql+psycopg://user@server/edgeship``, with the ``psycopg`` driver installed).
+
+One row per (variant, device) measurement, keyed by model, artifact sha256, device, runtime and
+the time it was measured. A variant that has no measurement at all (it failed to lower, or no
+device could run it) gets one row with ``device`` null and the reason in ``notes``. Numbers that
+were not measured are null, as in results.json. Recording is idempotent: a measurement already
+stored (same model, variant, artifact, device and ``measured_at``, as when ``build --resume``
+reuses it) is not stored twice.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+from edgeship.errors import StoreError
+from edgeship.results import Latency, Results, VariantResult
+
+DEFAULT_PATH = Path("artifacts") / "results.db"
+ENV = "EDGESHIP_DB"
+
+# The columns of a measurement row, by where they come from in results.json.
+BUILD_COLUMNS = ["build_id", "created", "target", "model"]
+VARIANT_COLUMNS = ["variant", "backend", "precision", "quantization", "artifact_sha256", "size_bytes"]
+LATENCY_COLUMNS = ["device", "runtime", "threads", "warmup", "iterations", "p50_ms", "p90_ms", "p99_ms",
+                   "mean_ms", "std_ms", "cv", "load_ms", "peak_rss_mb", "measured_at"]
+ACCURACY_COLUMNS = ["samples", "top1", "top1_drop", "sqnr_db", "agreement", "cosine", "max_abs_err"]
+INT_COLUMNS = {"size_bytes", "threads", "warmup", "iterations", "samples"}
+FLOAT_COLUMNS = {"p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "cv", "load_ms", "peak_rss_mb",
+                 "top1", "top1_drop", "sqnr_db", "agreement", "cosine", "max_abs_err"}
+
+
+def default_url() -> str:
+    """``EDGESHIP_DB`` when set, else SQLite at ``artifacts/results.db`` under the working folder."""
+    return os.environ.get(ENV) or f"sqlite:///{DEFAULT_PATH}"
+
+
+def _tables(metadata: Any) -> tuple[Any, Any]:
+    import sqlalchemy as sa
+
+    def column(name: str) -> Any:
+        kind = sa.Integer if name in INT_COLUMNS else sa.Float if name in FLOAT_COLUMNS else sa.String
+        return sa.Column(name, kind, nullable=True)
+
+    builds = sa.Table("builds", metadata,
+                      sa.Column("build_id", sa.String(64), primary_key=True),
+                      sa.Column("created", sa.String(32), nullable=False),
+                      sa.Column("target", sa.String, nullable=False),
+                      sa.Column("model", sa.String, nullable=False),
+                      sa.Column("results", sa.Text, nullable=False, doc="The build's results.json"))
+    rows = sa.Table("measurements", metadata,
+                    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                    sa.Column("build_id", sa.String(64), sa.ForeignKey("builds.build_id"), nullable=False),
+                    *[column(n) for n in BUILD_COLUMNS[1:] + VARIANT_COLUMNS + LATENCY_COLUMNS
+                      + ACCURACY_COLUMNS],
+                    sa.Column("gates_passed", sa.Boolean, nullable=True),
+                    sa.Column("notes", sa.Text, nullable=False, default="[]"),
+                    sa.Index("ix_measurements_key", "model", "artifact_sha256", "device", "runtime",
+                             "measured_at"))
+    return builds, rows
+
+
+class ResultsStore:
+    """A database of measurements. ``url`` is any SQLAlchemy URL; None: :func:`default_url`."""
+
+    def __init__(self, url: str | None = None) -> None:
+        import sqlalchemy as sa
+
+        self.url = url or default_url()
+        try:
+            parsed = sa.engine.make_url(self.url)
+        except sa.exc.ArgumentError as e:
+            raise StoreError(f"results database URL {self.url!r}: {e}") from None
+        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine = sa.create_engine(parsed)
+            self.metadata = sa.MetaData()
+            self.builds, self.measurements = _tables(self.metadata)
+            self.metadata.create_all(self.engine)
+        except ImportError as e:
+            raise StoreError(f"results database {self.url}: its driver is not installed: {e}") from None
+        except sa.exc.SQLAlchemyError as e:
+            raise StoreError(f"results database {self.url}: cannot open it: {_first_line(e)}") from None
+
+    def record(self, results: Results, build_id: str | None = None) -> str:
+        """Store every measurement in ``results``; return the build id (a new one when None)."""
+        build_id = build_id or uuid.uuid4().hex[:16]
+        rows = [r for v in results.variants for r in _variant_rows(results, v)]
+        with self.engine.begin() as conn:
+            stored = self._stored_keys(conn, results.model.name)
+            fresh = [r for r in rows if r["measured_at"] is None or _key(r) not in stored]
+            conn.execute(self.builds.insert().values(
+                build_id=build_id, created=results.created, target=results.target,
+                model=results.model.name, results=results.dump()))
+            if fresh:
+                conn.execute(self.measurements.insert(), [{**r, "build_id": build_id} for r in fresh])
+        return build_id
+
+    def rows(self, model: str | None = None, target: str | None = None,
+             device: str | None = None) -> list[dict[str, Any]]:
+        """Measurements, oldest first, optionally only one model's, target's or device's."""
+        m = self.measurements
+        query = m.select().order_by(m.c.created, m.c.id)
+        for column, value in (("model", model), ("target", target), ("device", device)):
+            if value is not None:
+                query = query.where(m.c[column] == value)
+        with self.engine.connect() as conn:
+            out = [dict(r._mapping) for r in conn.execute(query)]
+        for row in out:
+            row["notes"] = json.loads(row["notes"] or "[]")
+        return out
+
+    def _stored_keys(self, conn: Any, model: str) -> set[tuple[Any, ...]]:
+        m = self.measurements
+        query = m.select().with_only_columns(m.c.variant, m.c.artifact_sha256, m.c.device, m.c.measured_at)
+        return {tuple(r) for r in conn.execute(query.where(m.c.model == model))}
+
+
+def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["variant"], row["artifact_sha256"], row["device"], row["measured_at"])
+
+
+def _variant_rows(results: Results, v: VariantResult) -> list[dict[str, Any]]:
+    """One row per latency entry (per device); one device-less row when there is none."""
+    base = {"created": results.created, "target": results.target, "model": results.model.name,
+            "variant": v.name, "backend": v.backend, "precision": v.precision,
+            "quantization": v.quantization, "artifact_sha256": v.sha256, "size_bytes": v.size_bytes,
+            "gates_passed": v.gates.passed}
+    if not v.latency:
+        reasons = ([v.error] if v.error else []) + v.notes
+        return [{**base, **_accuracy(v, None), **dict.fromkeys(LATENCY_COLUMNS),
+                 "notes": json.dumps(reasons)}]
+    return [{**base, **_accuracy(v, lat), **{c: getattr(lat, c) for c in LATENCY_COLUMNS},
+             "notes": json.dumps(lat.notes)} for lat in v.latency]
+
+
+def _accuracy(v: VariantResult, lat: Latency | None) -> dict[str, Any]:
+    """A device's row carries the accuracy of that device's own outputs (null when it returned none)."""
+    acc = lat.accuracy if lat is not None else v.accuracy
+    return {c: getattr(acc, c) if acc is not None else None for c in ACCURACY_COLUMNS}
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
