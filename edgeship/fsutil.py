@@ -14,7 +14,8 @@ def atomic_output(dest: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``dest``; on success it replaces ``dest`` (file or folder)."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    # The temporary name keeps the suffix: some writers insist on it (coremltools: .mlpackage).
+    fd, name = tempfile.mkstemp(prefix=f".{dest.stem}.tmp-", suffix=dest.suffix, dir=dest.parent)
     os.close(fd)
     tmp = Path(name)
     tmp.unlink()  # the writer creates it (a file or a folder, as it needs)

@@ -5,7 +5,6 @@ unpickling (and could run code) is refused unless the user passes ``--trust-weig
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
 import pickle
 import sys
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeship.devices.runner import sha256_file  # one implementation, also used on devices
 from edgeship.errors import ModelSpecError, WeightsError
 from edgeship.spec import ModelSpec
 
@@ -31,15 +31,6 @@ class LoadedModel:
     weights_sha256: str | None
     params: int
     notes: list[str] = field(default_factory=list)
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def import_entry(spec: ModelSpec) -> Any:

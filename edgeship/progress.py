@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 
 from rich.console import Console
+from rich.markup import escape
 
 console = Console(stderr=True, highlight=False)
 
@@ -33,10 +34,10 @@ class Progress:
         except BaseException:
             if spinner:
                 spinner.stop()
-            self.info(f"[red]✗[/red] {label} [dim]({time.perf_counter() - start:.1f} s)[/dim]")
+            self.info(f"[red]✗[/red] {escape(label)} [dim]({time.perf_counter() - start:.1f} s)[/dim]")
             raise
         if spinner:
             spinner.stop()
         mark = "[yellow]![/yellow]" if status.get("warn") else "[green]✓[/green]"
-        extra = f": {status['result']}" if status.get("result") else ""
-        self.info(f"{mark} {label}{extra} [dim]({time.perf_counter() - start:.1f} s)[/dim]")
+        extra = f": {escape(status['result'])}" if status.get("result") else ""
+        self.info(f"{mark} {escape(label)}{extra} [dim]({time.perf_counter() - start:.1f} s)[/dim]")

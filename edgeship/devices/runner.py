@@ -25,7 +25,8 @@ import numpy as np
 RUNTIMES = {}  # runtime id -> loader(path, options, threads) -> (predict, version)
 # Modules imported before the load timer starts, so load_ms is the artifact's load, not the import.
 IMPORTS = {"eager": ["torch", "edgeship.model"], "pytorch-mobile": ["torch", "torch.jit.mobile"],
-           "executorch": ["torch", "executorch.runtime"], "onnxruntime": ["onnxruntime"]}
+           "executorch": ["torch", "executorch.runtime"], "onnxruntime": ["onnxruntime"],
+           "coreml": ["coremltools"]}
 
 
 def runtime(name):
@@ -120,6 +121,23 @@ def load_onnxruntime(path, options, threads):
     return predict, "onnxruntime " + ort.__version__
 
 
+@runtime("coreml")
+def load_coreml(path, options, threads):
+    """An ``.mlpackage`` in Core ML (macOS only) with the compute units the profile names."""
+    import coremltools as ct
+
+    units = getattr(ct.ComputeUnit, options.get("compute_units", "ALL"))
+    model = ct.models.MLModel(path, compute_units=units)
+    spec = model.get_spec()
+    inputs = [f.name for f in spec.description.input]
+    outputs = [f.name for f in spec.description.output]
+
+    def predict(arrays):
+        result = model.predict(dict(zip(inputs, arrays)))
+        return [np.asarray(result[name]) for name in outputs]
+    return predict, "coremltools %s (Core ML, %s)" % (ct.__version__, options.get("compute_units", "ALL"))
+
+
 @runtime("eager")
 def load_eager(path, options, threads):
     """The float PyTorch module itself (host only: it needs edgeship and the model's source)."""
@@ -148,6 +166,20 @@ def sha256_file(path):
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def sha256_path(path):
+    """sha256 of a file; for a folder (an .mlpackage), of every file's relative path and sha256."""
+    path = str(path)
+    if not os.path.isdir(path):
+        return sha256_file(path)
+    lines = []
+    for root, _, files in os.walk(path):
+        for name in files:
+            full = os.path.join(root, name)
+            rel = os.path.relpath(full, path).replace(os.sep, "/")
+            lines.append("%s  %s\n" % (sha256_file(full), rel))
+    return hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
 
 
 def peak_rss_mb():
@@ -189,7 +221,7 @@ def run(job, base):
     resolve = lambda p: p if os.path.isabs(p) else os.path.join(base, p)  # noqa: E731
     artifact = resolve(job["artifact"]) if job.get("artifact") else None
     if artifact and job.get("sha256"):
-        actual = sha256_file(artifact)
+        actual = sha256_path(artifact)
         if actual != job["sha256"]:
             raise RuntimeError("artifact %s: sha256 %s does not match the expected %s"
                                % (artifact, actual, job["sha256"]))

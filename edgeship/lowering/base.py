@@ -63,8 +63,8 @@ class Backend:
             raise ProfileError("; ".join(problems))
         return parsed
 
-    def available(self) -> str | None:
-        """None when this backend's artifacts run here; otherwise why not."""
+    def available(self, options: Any = None) -> str | None:
+        """None when artifacts with these options run here; otherwise why not."""
         return None
 
     def wants_dynamic_batch(self, options: Any) -> bool:

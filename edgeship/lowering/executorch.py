@@ -24,7 +24,7 @@ class ExecutorchBackend(Backend):
         partitioner: Literal["xnnpack", "portable"] = Field(
             "xnnpack", description="xnnpack delegates what XNNPACK runs; portable keeps ExecuTorch's portable operators.")
 
-    def available(self) -> str | None:
+    def available(self, options: Any = None) -> str | None:
         try:
             require("executorch.runtime", self.name)
         except Exception as e:

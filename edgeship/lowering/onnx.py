@@ -39,7 +39,7 @@ class OnnxBackend(Backend):
     capture_methods = ("export", "trace", "script")
     Options = OnnxOptions
 
-    def available(self) -> str | None:
+    def available(self, options: Any = None) -> str | None:
         try:
             require("onnxruntime", self.name)
         except LoweringError as e:

@@ -11,9 +11,10 @@ from typing import Any
 
 from edgeship.calibration import Dataset, load_dataset, random_dataset
 from edgeship.devices import Job
+from edgeship.devices.runner import sha256_path
 from edgeship.errors import CaptureError, GateFailure
 from edgeship.fsutil import tree_size
-from edgeship.model import LoadedModel, count_flops, load_model, sha256_file
+from edgeship.model import LoadedModel, count_flops, load_model
 from edgeship.pipeline.capture import Capturer
 from edgeship.pipeline.lower import Lowered, lower_variant
 from edgeship.pipeline.plan import BuildRequest, Plan, make_plan
@@ -100,7 +101,7 @@ def variant_row(plan: Plan, item: Lowered) -> VariantResult:
         path = item.artifact.path
         row.file = str(path.relative_to(plan.out_dir))
         row.size_bytes = tree_size(path)
-        row.sha256 = sha256_file(path) if path.is_file() else None
+        row.sha256 = sha256_path(path)
         row.lowering.notes += item.artifact.notes
         row.lowering.details = item.artifact.details
     else:
@@ -115,7 +116,7 @@ def validate_all(plan: Plan, model: LoadedModel, ref: Reference, lowered: list[L
     jobs: list[tuple[VariantResult, Job | None, str | None]] = [(rows[0], eager_job(plan, model, ref), None)]
     for item, row in zip(lowered, rows[1:]):
         if item.artifact is not None:
-            jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available()))
+            jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available(item.options)))
     for row, job, unavailable in jobs:
         for device in plan.devices:
             if unavailable:
@@ -130,7 +131,10 @@ def validate_all(plan: Plan, model: LoadedModel, ref: Reference, lowered: list[L
                     row.accuracy, notes = accuracy_of(ref, m.outputs)
                     row.notes += [f"accuracy from outputs on {device.name}"] + notes
         if row.backend != "eager" and row.error is None:
-            row.gates = check_gates(plan.profile.gates_for(_variant(plan, row.name)), row.accuracy, row.latency)
+            if unavailable and not row.latency:
+                row.notes.append("gates not checked: no device in this build can run the artifact")
+            else:
+                row.gates = check_gates(plan.profile.gates_for(_variant(plan, row.name)), row.accuracy, row.latency)
 
 
 def _variant(plan: Plan, name: str) -> Any:
@@ -146,7 +150,7 @@ def eager_job(plan: Plan, model: LoadedModel, ref: Reference) -> Job:
 
 def artifact_job(plan: Plan, model: LoadedModel, ref: Reference, item: Lowered) -> Job:
     path = item.artifact.path
-    return _job(plan, model, ref, item.backend.runtime, path, sha256_file(path) if path.is_file() else None,
+    return _job(plan, model, ref, item.backend.runtime, path, sha256_path(path),
                 item.backend.job_options(item.options))
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from edgeship.results import Results, VariantResult
@@ -59,4 +60,4 @@ def _gates(v: VariantResult) -> str:
         return "reference"
     if v.gates.passed:
         return "[green]pass[/green]"
-    return "[red]FAIL[/red] " + "; ".join(v.gates.failures)[:80]
+    return "[red]FAIL[/red] " + escape("; ".join(v.gates.failures)[:80])

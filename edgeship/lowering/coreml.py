@@ -1,0 +1,184 @@
+"""Core ML: an ``.mlpackage`` (ML program) converted by coremltools, for iOS and macOS.
+
+Conversion runs anywhere; prediction needs macOS. So here every saved package is reloaded and
+its interface (input and output names, shapes, types) checked against the model spec; latency
+and accuracy come from a Mac through the device runner. Precisions: fp16 and fp32 compute, w8
+(int8 linear weight quantization of the converted program) and int8 (w8a8: activation
+quantization with coremltools.optimize.torch, calibrated on the calibration data, then
+converted).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal
+
+from pydantic import Field
+
+from edgeship.config import StrictModel
+from edgeship.errors import LoweringError
+from edgeship.fsutil import atomic_output
+from edgeship.lowering import register
+from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
+
+DEPLOYMENT_TARGETS = ("iOS16", "iOS17", "iOS18", "macOS13", "macOS14", "macOS15")
+W8A8_MIN_TARGETS = ("iOS17", "iOS18", "macOS14", "macOS15")  # activation quantization needs iOS 17 ops
+
+
+class CoremlOptions(StrictModel):
+    """Options of the coreml backend."""
+
+    minimum_deployment_target: Literal[DEPLOYMENT_TARGETS] = Field(  # type: ignore[valid-type]
+        "iOS16", description="Oldest OS the package must run on (ML programs need iOS 16 / macOS 13 or later here).")
+    compute_units: Literal["ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE"] = Field(
+        "ALL", description="Compute units Core ML may use when the package is loaded and timed.")
+    weight_mode: Literal["linear_symmetric", "linear"] = Field(
+        "linear_symmetric", description="int8 weight quantization mode (w8 and int8 precisions).")
+    calibration_samples: int = Field(64, ge=1, description="Calibration samples for int8 (w8a8) activation ranges.")
+
+
+@register
+class CoremlBackend(Backend):
+    name = "coreml"
+    suffix = ".mlpackage"
+    runtime = "coreml"
+    capture_methods = ("export", "trace")
+    precisions = ("fp16", "fp32", "w8", "int8")
+    Options = CoremlOptions
+
+    def available(self, options: Any = None) -> str | None:
+        if sys.platform != "darwin":
+            return "Core ML prediction needs macOS (coremltools predicts only there); measure on a Mac device"
+        return None
+
+    def job_options(self, options: Any) -> dict[str, Any]:
+        return {"compute_units": options.compute_units}
+
+    def lower(self, request: LowerRequest) -> Artifact:
+        ct = require("coremltools", self.name)
+        notes: list[str] = []
+        precision = request.variant.precision
+        if precision == "int8":
+            program = self._w8a8_program(request, notes)
+        else:
+            program = _convertible(request.captured.program, request.captured.method)
+        mlmodel = ct.convert(program, **convert_arguments(request, precision))
+        if precision == "w8":
+            mlmodel = quantize_weights(mlmodel, request.options.weight_mode)
+            notes.append(f"int8 weights ({request.options.weight_mode}, per channel), fp16 activations")
+        with atomic_output(request.dest) as tmp:
+            mlmodel.save(str(tmp))
+        details = check_interface(request.dest, request.captured.model.spec)
+        notes.append("Core ML prediction needs macOS: the package was reloaded here and its interface "
+                     "checked against the model spec")
+        return Artifact(request.dest, notes, details)
+
+    def _w8a8_program(self, request: LowerRequest, notes: list[str]) -> Any:
+        target = request.options.minimum_deployment_target
+        if target not in W8A8_MIN_TARGETS:
+            raise LoweringError(f"int8 (w8a8) Core ML needs minimum_deployment_target of "
+                                f"{', '.join(W8A8_MIN_TARGETS)}; the variant asks for {target}")
+        if request.calibration is None:
+            raise LoweringError("int8 (w8a8) needs calibration data: add [data] calibration to the model spec")
+        data = request.calibration().take(request.options.calibration_samples)
+        module = activation_quantized(request.captured.model.module, request.captured.example_inputs, data)
+        notes.append(f"w8a8: coremltools.optimize.torch LinearQuantizer, symmetric, calibrated on {len(data)} samples")
+        return _convertible(_recapture(module, request.captured), request.captured.method)
+
+
+def _convertible(program: Any, method: str) -> Any:
+    """coremltools takes ExportedPrograms after ATen decomposition, and traced TorchScript."""
+    return program.run_decompositions({}) if method == "export" else program
+
+
+def _recapture(module: Any, captured: Any) -> Any:
+    import torch
+
+    if captured.method == "export":
+        return torch.export.export(module, captured.example_inputs)
+    return torch.jit.trace(module, captured.example_inputs)
+
+
+def convert_arguments(request: LowerRequest, precision: str) -> dict[str, Any]:
+    """ct.convert's arguments from the spec (names, shapes, float32 I/O) and the options."""
+    import coremltools as ct
+    import numpy as np
+
+    spec = request.captured.model.spec
+    opts = request.options
+    return {
+        "inputs": [ct.TensorType(name=i.name, shape=tuple(i.shape), dtype=np.dtype(i.dtype).type) for i in spec.inputs],
+        "outputs": [ct.TensorType(name="output", dtype=np.float32)],
+        "convert_to": "mlprogram",
+        "compute_precision": ct.precision.FLOAT32 if precision == "fp32" else ct.precision.FLOAT16,
+        "minimum_deployment_target": getattr(ct.target, opts.minimum_deployment_target),
+        "compute_units": getattr(ct.ComputeUnit, opts.compute_units),
+    }
+
+
+def quantize_weights(mlmodel: Any, mode: str) -> Any:
+    """int8 linear weight quantization of every weight (coremltools.optimize.coreml)."""
+    from coremltools.optimize.coreml import OpLinearQuantizerConfig, OptimizationConfig, linear_quantize_weights
+
+    config = OptimizationConfig(global_config=OpLinearQuantizerConfig(mode=mode, weight_threshold=0))
+    return linear_quantize_weights(mlmodel, config)
+
+
+def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any) -> Any:
+    """A copy of ``module`` with int8 weights and activations whose ranges come from ``data``.
+
+    Observers run in eval mode: in train mode batch norm would re-estimate its statistics from
+    single calibration batches and ruin the float model being quantized.
+    """
+    import copy
+
+    import torch
+    from coremltools.optimize.torch.quantization import (LinearQuantizer, LinearQuantizerConfig,
+                                                         ModuleLinearQuantizerConfig)
+
+    config = LinearQuantizerConfig(global_config=ModuleLinearQuantizerConfig(
+        quantization_scheme="symmetric", milestones=[0, 0, 1_000_000, 1_000_000]))
+    quantizer = LinearQuantizer(copy.deepcopy(module).eval(), config)
+    prepared = quantizer.prepare(example_inputs=example_inputs, inplace=True)
+    quantizer.step()
+    prepared.eval()
+    batch = example_inputs[0].shape[0]
+    with torch.no_grad():
+        for part in data.batches(batch):
+            prepared(*[torch.from_numpy(a) for a in part.values()])
+    return quantizer.finalize(inplace=True).eval()
+
+
+def check_interface(path: Any, spec: Any) -> dict[str, Any]:
+    """Reload a saved package and compare its inputs and outputs with the model spec."""
+    import coremltools as ct
+
+    loaded = ct.models.MLModel(str(path), skip_model_load=True).get_spec()
+    inputs = [_feature(f) for f in loaded.description.input]
+    outputs = [_feature(f) for f in loaded.description.output]
+    want = [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in spec.inputs]
+    problems = [f"input {w['name']}: expected {w}, package has {got}" for w, got in zip(want, inputs) if w != got]
+    if len(inputs) != len(want):
+        problems.append(f"package has {len(inputs)} inputs, the spec {len(want)}")
+    if problems:
+        raise LoweringError("Core ML package interface differs from the model spec: " + "; ".join(problems))
+    return {"inputs": inputs, "outputs": outputs, "spec_version": loaded.specificationVersion,
+            "operators": _program_ops(loaded)}
+
+
+ARRAY_TYPES = {65568: "float32", 65552: "float16", 131104: "int32", 65600: "float64"}
+
+
+def _feature(feature: Any) -> dict[str, Any]:
+    array = feature.type.multiArrayType
+    return {"name": feature.name, "shape": [int(d) for d in array.shape],
+            "dtype": ARRAY_TYPES.get(array.dataType, str(array.dataType))}
+
+
+def _program_ops(spec: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for function in spec.mlProgram.functions.values():
+        for block in function.block_specializations.values():
+            for op in block.operations:
+                if op.type != "const":
+                    counts[op.type] = counts.get(op.type, 0) + 1
+    return dict(sorted(counts.items()))
