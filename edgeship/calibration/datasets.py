@@ -5,6 +5,7 @@ input's shape without its batch dimension), and optional int64 labels.
 """
 from __future__ import annotations
 
+import hashlib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,15 @@ class Dataset:
         idx = np.sort(np.random.default_rng(seed).choice(len(self), n, replace=False))
         labels = None if self.labels is None else self.labels[idx]
         return Dataset({k: v[idx] for k, v in self.inputs.items()}, labels, f"{self.source} ({n} sampled)")
+
+    def fingerprint(self) -> str:
+        """sha256 of the samples themselves (names, shapes, dtypes, bytes) and the labels: a cache key."""
+        h = hashlib.sha256()
+        arrays = sorted(self.inputs.items()) + ([] if self.labels is None else [("__labels__", self.labels)])
+        for name, array in arrays:
+            h.update(f"{name}:{array.dtype.str}:{list(array.shape)};".encode())
+            h.update(np.ascontiguousarray(array).tobytes())
+        return h.hexdigest()
 
     def batches(self, batch: int) -> list[dict[str, np.ndarray]]:
         """Consecutive batches of ``batch`` samples; the last one is padded by repeating its tail."""

@@ -1,0 +1,94 @@
+"""What every backend's quantizer shares: the cached calibration step, the per-layer sensitivity
+report, and the facts that go into ``lowering.details["quantization"]`` and the notes."""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgeship.cache import Cache, CacheEntry
+from edgeship.fsutil import atomic_write_text
+
+SENSITIVITY_FILE = "sensitivity.json"
+SENSITIVITY_IN_DETAILS = 10   # worst layers copied into results.json; the file has them all
+SENSITIVITY_SAMPLES = 16      # calibration samples the sensitivity pass runs
+
+
+@dataclass
+class Quantized:
+    """What a quantizer did: ``details`` for results.json and one line for the notes."""
+
+    details: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def describe(cls, scheme: str, engine: str, **facts: Any) -> "Quantized":
+        """Details plus the standard note: scheme, engine, method, samples, weights, cache."""
+        details = {"scheme": scheme, "engine": engine, **facts}
+        parts = [f"int8 {scheme}: {engine}"]
+        if facts.get("method"):
+            parts.append(f"{facts['method']} calibration on {facts.get('samples')} samples")
+        if "per_channel" in facts:
+            parts.append("per-channel weights" if facts["per_channel"] else "per-tensor weights")
+        calibration = facts.get("calibration") or {}
+        if calibration.get("cache"):
+            parts.append(f"calibration cache {calibration['cache']}")
+        if facts.get("kept_float"):
+            parts.append("kept in float: " + ", ".join(facts["kept_float"]))
+        return cls(details, ["; ".join(parts)])
+
+
+@contextlib.contextmanager
+def calibrated(cache: Cache | None, namespace: str, key_parts: dict[str, Any],
+               compute: Callable[[Path], None]) -> Iterator[tuple[CacheEntry, dict[str, Any]]]:
+    """The calibration result for ``key_parts``: from the cache, or computed (and cached when a
+    cache is given; without one it lives in a temporary folder for the duration of the block)."""
+    with contextlib.ExitStack() as stack:
+        store = cache or Cache(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="edgeship-calib-"))))
+        start = time.perf_counter()
+        entry = store.get_or_compute(namespace, key_parts, compute)
+        facts = {"cache": ("hit" if entry.hit else "miss") if cache else "off", "key": entry.key,
+                 "seconds": round(time.perf_counter() - start, 3)}
+        yield entry, facts
+
+
+@dataclass
+class LayerSensitivity:
+    """One layer's output in the quantized model against the same layer in the float model."""
+
+    layer: str            # the name the backend's fallback takes (module path or ONNX node name)
+    op: str               # operator or module type
+    sqnr_db: float | None  # None: identical outputs (infinite SQNR)
+
+
+def sqnr_of(ref: Any, out: Any) -> float | None:
+    """SQNR (dB) over paired lists of numpy arrays; None when they are identical."""
+    import numpy as np
+
+    from edgeship import metrics
+
+    flat = [(np.asarray(r, np.float64).ravel(), np.asarray(o, np.float64).ravel()) for r, o in zip(ref, out)]
+    value = metrics.sqnr_db(np.concatenate([r for r, _ in flat]), np.concatenate([o for _, o in flat]))
+    return None if value is None or not math.isfinite(value) else value
+
+
+def worst_first(layers: list[LayerSensitivity]) -> list[LayerSensitivity]:
+    """Lowest SQNR first; identical layers (None) last."""
+    return sorted(layers, key=lambda s: math.inf if s.sqnr_db is None else s.sqnr_db)
+
+
+def sensitivity_summary(layers: list[LayerSensitivity], folder: Path, samples: int) -> dict[str, Any]:
+    """Write the full report beside the artifact; return the worst layers for results.json."""
+    ranked = worst_first(layers)
+    rows = [asdict(s) | {"sqnr_db": None if s.sqnr_db is None else round(s.sqnr_db, 2)} for s in ranked]
+    atomic_write_text(folder / SENSITIVITY_FILE, json.dumps(
+        {"measure": "each layer's output in the quantized model against the float model's, SQNR dB, "
+                    "worst first", "samples": samples, "layers": rows}, indent=1) + "\n")
+    return {"file": SENSITIVITY_FILE, "samples": samples, "layers": len(rows),
+            "worst": rows[:SENSITIVITY_IN_DETAILS]}

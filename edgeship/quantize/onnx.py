@@ -1,0 +1,177 @@
+"""ONNX Runtime's own int8 path: static QDQ quantization and dynamic quantization.
+
+The float model is first pre-processed as ONNX Runtime recommends (``quant_pre_process``: shape
+inference and graph optimization). Static quantization writes QDQ (QuantizeLinear /
+DequantizeLinear pairs around float operators) with per-channel or per-tensor int8 weights and
+either uint8 activations (U8S8: the fast, accurate form on CPUs) or symmetric int8 activations
+(S8S8: the form TensorRT builds engines from without its own calibrator). Calibration ranges are
+cached, keyed by the pre-processed model's sha256, the samples' sha256, the method and its
+settings. Dynamic quantization (no calibration) covers MatMul and Gemm, as PyTorch's does Linear.
+
+``quantize_qdq`` is the reusable entry: the onnx backend calls it, and so can other targets.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from edgeship.cache import Cache
+from edgeship.calibration import Dataset
+from edgeship.fsutil import atomic_output
+from edgeship.model import sha256_file
+from edgeship.quantize.common import (
+    SENSITIVITY_SAMPLES, LayerSensitivity, Quantized, calibrated, sensitivity_summary, sqnr_of, worst_first)
+from edgeship.quantize.settings import QuantizationSupport
+
+Activations = Literal["uint8", "int8-symmetric"]
+SUPPORT = QuantizationSupport(schemes=("static", "dynamic"), methods=("minmax", "percentile", "entropy"),
+                              default_method="minmax", engines="ONNX Runtime quantization")
+ORT_METHODS = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
+FORMS = {"uint8": "U8S8 (uint8 activations, int8 weights)",
+         "int8-symmetric": "S8S8 (symmetric int8 activations and weights)"}
+DYNAMIC_OPS = ["MatMul", "Gemm"]
+RANGES = "ranges.json"
+LAYER_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")  # the weighted nodes reported and kept in float
+FREE_BATCH = 8  # calibration batch when the model's batch dimension is free
+
+
+def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activations: Activations = "uint8",
+                 per_channel: bool = True, method: str = "minmax", percentile: float = 99.999,
+                 keep_float: int = 0, sensitivity: bool = True, cache: Cache | None = None) -> Quantized:
+    """Write ``dest``: the float ONNX model at ``fp32_path`` statically quantized to QDQ.
+
+    ``calibration`` holds the samples (one array per ONNX input name). ``activations`` is
+    ``"uint8"`` (U8S8) or ``"int8-symmetric"`` (S8S8, for TensorRT; run such a proxy under ONNX
+    Runtime with graph optimization disabled). ``method`` is minmax, percentile or entropy.
+    ``keep_float`` leaves that many of the most sensitive nodes unquantized. Returns the facts
+    (details and a note); the sensitivity report, when measured, is written beside ``dest``.
+    """
+    import onnxruntime
+
+    with tempfile.TemporaryDirectory(prefix="edgeship-qdq-") as work:
+        pre = preprocess(Path(fp32_path), Path(work) / "pre.onnx")
+        batch = calibration_batch(pre)
+        key = {"kind": "onnxruntime-ranges", "model_sha256": sha256_file(pre),
+               "data_sha256": calibration.fingerprint(), "method": method, "batch": batch,
+               "percentile": percentile if method == "percentile" else None,
+               "onnxruntime": onnxruntime.__version__}
+        compute = lambda folder: calibrate_ranges(pre, calibration, batch, method, percentile, folder / RANGES)  # noqa: E731
+        with calibrated(cache, "onnx", key, compute) as (entry, cache_facts):
+            def write(out: Path, exclude: list[str]) -> None:
+                _quantize_static(pre, out, entry.path / RANGES, method, per_channel, activations, exclude)
+
+            report, excluded = None, []
+            if sensitivity or keep_float:
+                write(Path(work) / "all.onnx", [])
+                sample = calibration.take(SENSITIVITY_SAMPLES, seed=0)
+                layers = layer_sensitivity(pre, Path(work) / "all.onnx", sample, batch, Path(work))
+                excluded = [s.layer for s in worst_first(layers)[:keep_float]]
+                report = sensitivity_summary(layers, Path(dest).parent, len(sample))
+            with atomic_output(Path(dest)) as out:
+                write(out, excluded)
+    return Quantized.describe("static", f"ONNX Runtime QDQ {FORMS[activations]}", format="QDQ",
+                              activations=activations, method=method, samples=len(calibration),
+                              per_channel=per_channel, kept_float=excluded, calibration=cache_facts,
+                              sensitivity=report)
+
+
+def quantize_dynamic_onnx(fp32_path: Path, dest: Path, *, per_channel: bool = True) -> Quantized:
+    """Write ``dest``: MatMul and Gemm with int8 weights and activations quantized at run time."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory(prefix="edgeship-dyn-") as work:
+        pre = preprocess(Path(fp32_path), Path(work) / "pre.onnx")
+        with atomic_output(Path(dest)) as out:
+            quantize_dynamic(str(pre), str(out), op_types_to_quantize=DYNAMIC_OPS, per_channel=per_channel,
+                             weight_type=QuantType.QInt8)
+    return Quantized.describe("dynamic", "ONNX Runtime dynamic quantization (" + ", ".join(DYNAMIC_OPS) + ")",
+                              per_channel=per_channel)
+
+
+def preprocess(src: Path, dest: Path) -> Path:
+    """ONNX Runtime's recommended preparation: symbolic and ONNX shape inference, graph optimization."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    quant_pre_process(str(src), str(dest))
+    return dest
+
+
+def calibration_batch(model_path: Path) -> int:
+    """The model's batch size when fixed, else FREE_BATCH samples a run."""
+    import onnx
+
+    dim = onnx.load(str(model_path), load_external_data=False).graph.input[0].type.tensor_type.shape.dim[0]
+    return int(dim.dim_value) if dim.dim_value > 0 else FREE_BATCH
+
+
+class _Reader:
+    """An ONNX Runtime CalibrationDataReader over a Dataset, in batches."""
+
+    def __init__(self, data: Dataset, batch: int) -> None:
+        self._batches = iter(data.batches(batch))
+
+    def get_next(self) -> dict[str, Any] | None:
+        return next(self._batches, None)
+
+    def __iter__(self):  # collect_activations iterates the reader
+        return iter(self.get_next, None)
+
+
+def calibrate_ranges(model: Path, data: Dataset, batch: int, method: str, percentile: float, out: Path) -> None:
+    """Run ONNX Runtime's calibrator over ``data`` and save the tensor ranges it found to ``out``."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod, create_calibrator, save_tensors_data
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    ops = sorted(set(QLinearOpsRegistry) | set(QDQRegistry))  # what quantize_static calibrates
+    extra = {"percentile": percentile} if method == "percentile" else {}
+    calibrator = create_calibrator(model, ops, augmented_model_path=str(out.parent / "augmented.onnx"),
+                                   calibrate_method=CalibrationMethod[ORT_METHODS[method]], extra_options=extra)
+    calibrator.collect_data(_Reader(data, batch))
+    save_tensors_data(calibrator.compute_data(), out)
+    (out.parent / "augmented.onnx").unlink(missing_ok=True)
+
+
+def _quantize_static(pre: Path, out: Path, ranges: Path, method: str, per_channel: bool,
+                     activations: Activations, exclude: list[str]) -> None:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    symmetric = activations == "int8-symmetric"
+    quantize_static(str(pre), str(out), None, quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                    activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, nodes_to_exclude=exclude,
+                    calibrate_method=CalibrationMethod[ORT_METHODS[method]],
+                    extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True},
+                    calibration_cache_path=str(ranges))
+
+
+def layer_sensitivity(float_model: Path, qdq_model: Path, data: Dataset, batch: int,
+                      work: Path) -> list[LayerSensitivity]:
+    """Each weighted node's output (after its Q/DQ) in the QDQ model against the float model's,
+    from ONNX Runtime's qdq_loss_debug; named as ``nodes_to_exclude`` takes them."""
+    import onnx
+    from onnxruntime.quantization import qdq_loss_debug as debug
+
+    runs = {}
+    for label, path in (("float", float_model), ("qdq", qdq_model)):
+        augmented = work / f"{label}.augmented.onnx"
+        debug.modify_model_output_intermediate_tensors(str(path), str(augmented))
+        runs[label] = debug.collect_activations(str(augmented), _Reader(data, batch))
+    matched = debug.create_activation_matching(runs["qdq"], runs["float"])
+    producers = {out: n for n in onnx.load(str(qdq_model)).graph.node for out in n.output}
+    layers = []
+    for name, m in matched.items():
+        node = _computing_node(producers, name)
+        if m.get("float") and node is not None and node.op_type in LAYER_OPS:
+            layers.append(LayerSensitivity(node.name, node.op_type, sqnr_of(m["float"], m["post_qdq"])))
+    return layers
+
+
+def _computing_node(producers: dict[str, Any], tensor: str) -> Any:
+    """The node computing ``tensor`` in a QDQ model (looking through its QuantizeLinear input)."""
+    from onnxruntime.quantization.quant_utils import QUANT_INPUT_SUFFIX
+
+    for name in (tensor + QUANT_INPUT_SUFFIX, tensor):
+        if name in producers and producers[name].op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            return producers[name]
+    return None
