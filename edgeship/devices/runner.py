@@ -78,6 +78,8 @@ def load_lite(path, options, threads):
     from torch.jit.mobile import _load_for_lite_interpreter
 
     _torch_threads(threads)
+    if options.get("quantized_engine"):  # int8 weights are packed for the engine at load time
+        torch.backends.quantized.engine = options["quantized_engine"]
     return _torch_predict(_load_for_lite_interpreter(path)), "torch " + torch.__version__.split("+")[0]
 
 
@@ -136,6 +138,89 @@ def load_coreml(path, options, threads):
         result = model.predict(dict(zip(inputs, arrays)))
         return [np.asarray(result[name]) for name in outputs]
     return predict, "coremltools %s (Core ML, %s)" % (ct.__version__, options.get("compute_units", "ALL"))
+
+
+@runtime("tensorrt")
+def load_tensorrt(path, options, threads):
+    """An ONNX model built into a TensorRT engine here (once; kept beside the model), run through
+    Polygraphy's TrtRunner. Without TensorRT, the job's proxy runtime runs the ONNX instead,
+    labelled as a proxy, with the reason in the notes."""
+    try:
+        import tensorrt
+    except ImportError as e:
+        reason = "TensorRT engine latency not measured here: cannot import tensorrt (%s)" % e
+        return _proxy(path, options, threads, reason)
+    engine, notes = _engine_for(path, options["engine"])
+    try:
+        from polygraphy.backend.common import BytesFromPath
+        from polygraphy.backend.trt import EngineFromBytes, TrtRunner
+    except ImportError:
+        raise RuntimeError("running TensorRT engines needs Polygraphy on the device: pip install polygraphy")
+    trt_runner = TrtRunner(EngineFromBytes(BytesFromPath(engine)))
+    trt_runner.activate()
+    names = list(trt_runner.get_input_metadata().keys())
+
+    def predict(arrays):
+        return list(trt_runner.infer(feed_dict=dict(zip(names, arrays))).values())
+    return predict, "tensorrt " + tensorrt.__version__, notes
+
+
+def _engine_for(onnx_path, settings):
+    """The engine for ``onnx_path``: reused when present, else built with tensorrt_engine.py."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import tensorrt_engine
+
+    folder, name = os.path.split(os.path.abspath(onnx_path))
+    settings = dict(settings, onnx=name, engine=os.path.splitext(name)[0] + ".engine")
+    engine = os.path.join(folder, settings["engine"])
+    if os.path.exists(engine):
+        return engine, ["engine reused: %s" % settings["engine"]]
+    start = time.perf_counter()
+    tensorrt_engine.build_engine(settings, folder)
+    return engine, ["engine built on this device in %.1f s (%s)" % (time.perf_counter() - start, settings["precision"])]
+
+
+def _trtexec_instead():
+    """trtexec's path when TensorRT's Python bindings are missing but trtexec is there."""
+    try:
+        import tensorrt  # noqa: F401
+        return None
+    except ImportError:
+        pass
+    import shutil
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from tensorrt_engine import DEFAULT_TRTEXEC
+    return shutil.which("trtexec") or (DEFAULT_TRTEXEC if os.path.exists(DEFAULT_TRTEXEC) else None)
+
+
+def run_trtexec(job, artifact, trtexec):
+    """Build and time the engine with trtexec; its summary gives the statistics (no outputs)."""
+    import subprocess
+    from tensorrt_engine import parse_trtexec_summary, trtexec_command
+
+    folder, name = os.path.split(os.path.abspath(artifact))
+    settings = dict(job["options"]["engine"], onnx=name, engine=os.path.splitext(name)[0] + ".engine")
+    cmd = trtexec_command(settings, trtexec) + ["--iterations=%d" % int(job.get("iterations", 100)),
+                                                "--duration=0", "--avgRuns=1"]
+    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
+    summary = parse_trtexec_summary(proc.stdout).get("latency")
+    if proc.returncode != 0 or not summary:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+        raise RuntimeError("trtexec exited %d: %s" % (proc.returncode, " | ".join(tail)))
+    return {"ok": True, "runtime": "tensorrt", "runtime_version": "tensorrt (trtexec)",
+            "threads": None, "load_ms": None, "timings_ms": [], "summary_ms": summary,
+            "peak_rss_mb": None, "samples": 0, "outputs": None,
+            "notes": ["timed by trtexec (host latency: H2D + compute + D2H); warm-up is trtexec's "
+                      "default 200 ms; no outputs, so accuracy is not measured on this device"]}
+
+
+def _proxy(path, options, threads, reason):
+    proxy = options.get("proxy")
+    if not proxy:
+        raise RuntimeError(reason)
+    predict, version = RUNTIMES[proxy["runtime"]](path, proxy.get("options", {}), threads)
+    return predict, proxy["label"], [reason, "timed instead with %s, graph optimization %s"
+                                     % (version, proxy.get("options", {}).get("graph_optimization", "all"))]
 
 
 @runtime("eager")
@@ -229,13 +314,18 @@ def run(job, base):
         inputs = {k: npz[k] for k in npz.files}
     names = job["input_names"]
     data, n = batches(inputs, names, int(job.get("batch", 1)))
+    if job["runtime"] == "tensorrt":
+        trtexec = _trtexec_instead()
+        if trtexec:
+            return run_trtexec(job, artifact, trtexec)
     loader = RUNTIMES[job["runtime"]]
     import importlib
     for module in IMPORTS.get(job["runtime"], []):
         importlib.import_module(module)
     t0 = time.perf_counter_ns()
-    predict, version = loader(artifact, job.get("options", {}), job.get("threads"))
+    loaded = loader(artifact, job.get("options", {}), job.get("threads"))
     load_ms = (time.perf_counter_ns() - t0) / 1e6
+    predict, version, notes = loaded if len(loaded) == 3 else (loaded[0], loaded[1], [])
     for _ in range(int(job.get("warmup", 10))):
         predict(data[0])
     timings = []
@@ -250,7 +340,7 @@ def run(job, base):
         "ok": True, "runtime": job["runtime"], "runtime_version": version,
         "threads": job.get("threads") or _threads_in_use(job["runtime"]),
         "load_ms": load_ms, "timings_ms": timings, "peak_rss_mb": peak_rss_mb(),
-        "samples": n, "outputs": job.get("outputs", "outputs.npz"),
+        "samples": n, "outputs": job.get("outputs", "outputs.npz"), "notes": notes,
         "host": {"platform": platform.platform(), "machine": platform.machine(),
                  "python": platform.python_version(), "cpus": os.cpu_count()},
     }
@@ -261,6 +351,20 @@ def _threads_in_use(name):
         import torch
         return torch.get_num_threads()
     return os.cpu_count()
+
+
+def stop_at_deadline(seconds):
+    """Stop this runner at the job's deadline (POSIX), so a job whose host gave up on it, or
+    whose connection dropped, does not keep the device busy while the next job is timed."""
+    import signal
+
+    if not seconds or not hasattr(signal, "SIGALRM"):
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError("the runner stopped itself at the job's %.0f s timeout" % seconds)
+    signal.signal(signal.SIGALRM, expire)
+    signal.alarm(max(1, int(-(-seconds // 1))))
 
 
 def main(argv=None):
@@ -276,6 +380,7 @@ def main(argv=None):
         if job["runtime"] not in RUNTIMES:
             raise RuntimeError("unknown runtime %r; this runner has: %s"
                                % (job["runtime"], ", ".join(sorted(RUNTIMES))))
+        stop_at_deadline(job.get("deadline_s"))
         result = run(job, base)
         code = 0
     except Exception as e:  # the host reads the failure from the result, with the traceback

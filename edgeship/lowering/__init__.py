@@ -18,6 +18,6 @@ def register(cls: type[Backend]) -> type[Backend]:
     return cls
 
 
-from edgeship.lowering import mobile, executorch, onnx, coreml  # noqa: E402,F401  (registration)
+from edgeship.lowering import mobile, executorch, onnx, coreml, tensorrt  # noqa: E402,F401  (registration)
 
 __all__ = ["BACKENDS", "Artifact", "Backend", "LowerRequest", "register"]

@@ -24,6 +24,7 @@ class LowerRequest:
     options: Any                  # the backend's parsed Options
     dest: Path                    # where the artifact goes; write it atomically
     calibration: Callable[[], Any] | None = None  # lazily loaded calibration Dataset
+    cache: Any = None             # edgeship.cache.Cache for calibration results; None: no caching
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Backend:
     runtime: ClassVar[str]                      # runner runtime id
     capture_methods: ClassVar[tuple[str, ...]]  # the capture methods it can lower from
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    # Its own int8 quantizer (schemes and methods a variant's [quantization] may name), or None.
+    quantization: ClassVar[Any] = None
 
     class Options(StrictModel):
         """No options."""
@@ -73,7 +76,7 @@ class Backend:
     def lower(self, request: LowerRequest) -> Artifact:
         raise NotImplementedError
 
-    def job_options(self, options: Any) -> dict[str, Any]:
+    def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
         """Runtime options for the device runner."""
         return {}
 
@@ -85,8 +88,7 @@ class Backend:
         from edgeship.devices.runner import RUNTIMES
 
         opts = self.job_options(options if options is not None else self.Options())
-        predict, _ = RUNTIMES[self.runtime](str(path), opts, threads)
-        return predict
+        return RUNTIMES[self.runtime](str(path), opts, threads)[0]
 
 
 def require(module: str, backend: str) -> Any:

@@ -50,7 +50,7 @@ class CoremlBackend(Backend):
             return "Core ML prediction needs macOS (coremltools predicts only there); measure on a Mac device"
         return None
 
-    def job_options(self, options: Any) -> dict[str, Any]:
+    def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
         return {"compute_units": options.compute_units}
 
     def lower(self, request: LowerRequest) -> Artifact:

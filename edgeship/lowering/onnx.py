@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +19,8 @@ from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
 from edgeship.lowering import register
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
+from edgeship.quantize.onnx import SUPPORT as ONNX_QUANTIZATION, quantize_dynamic_onnx, quantize_qdq
+from edgeship.quantize.settings import QuantizationSettings
 
 DYNAMO_MIN_OPSET = 18
 
@@ -29,6 +32,8 @@ class OnnxOptions(StrictModel):
     dynamic_batch: bool = Field(True, description="Leave the batch dimension free (named 'batch').")
     graph_optimization: Literal["disabled", "basic", "extended", "all"] = Field(
         "all", description="ONNX Runtime graph optimization level when the artifact is run.")
+    activations: Literal["uint8", "int8-symmetric"] = Field(
+        "uint8", description="int8 static: uint8 activations (U8S8, fast on CPUs) or symmetric int8 (S8S8, TensorRT's form).")
 
 
 @register
@@ -38,6 +43,8 @@ class OnnxBackend(Backend):
     runtime = "onnxruntime"
     capture_methods = ("export", "trace", "script")
     Options = OnnxOptions
+    precisions = ("fp32", "int8")
+    quantization = ONNX_QUANTIZATION
 
     def available(self, options: Any = None) -> str | None:
         try:
@@ -49,15 +56,35 @@ class OnnxBackend(Backend):
     def wants_dynamic_batch(self, options: Any) -> bool:
         return bool(options.dynamic_batch)
 
-    def job_options(self, options: Any) -> dict[str, Any]:
+    def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
         return {"graph_optimization": options.graph_optimization}
 
     def lower(self, request: LowerRequest) -> Artifact:
         onnx = require("onnx", self.name)
-        export_onnx(request.captured, request.options.opset, request.options.dynamic_batch, request.dest)
+        notes, details = [], {}
+        if request.variant.precision == "int8":
+            quantized = lower_int8(request)
+            notes, details = list(quantized.notes), {"quantization": quantized.details}
+        else:
+            export_onnx(request.captured, request.options.opset, request.options.dynamic_batch, request.dest)
         model = onnx.load(str(request.dest), load_external_data=False)
         onnx.checker.check_model(str(request.dest))
-        return Artifact(request.dest, [], graph_details(model))
+        return Artifact(request.dest, notes, {**graph_details(model), **details})
+
+
+def lower_int8(request: LowerRequest) -> Any:
+    """Export the float model to a temporary file, then quantize it into ``request.dest``."""
+    settings = request.variant.quantization or QuantizationSettings()
+    with tempfile.TemporaryDirectory(prefix="edgeship-onnx-") as work:
+        fp32 = Path(work) / "fp32.onnx"
+        export_onnx(request.captured, request.options.opset, request.options.dynamic_batch, fp32)
+        if settings.scheme == "dynamic":
+            return quantize_dynamic_onnx(fp32, request.dest, per_channel=settings.per_channel)
+        data = request.calibration().take(settings.samples, settings.seed or 0)
+        return quantize_qdq(fp32, request.dest, data, activations=request.options.activations,
+                            per_channel=settings.per_channel, method=settings.method or ONNX_QUANTIZATION.default_method,
+                            percentile=settings.percentile, keep_float=settings.keep_float,
+                            sensitivity=settings.sensitivity, cache=request.cache)
 
 
 def export_onnx(captured: Any, opset: int, dynamic_batch: bool, dest: Path) -> None:

@@ -1,0 +1,151 @@
+"""TensorRT (Jetson): the ONNX a TensorRT engine is built from, plus what builds it on the device.
+
+Engines are specific to the GPU and TensorRT version, so the artifact here is the ONNX model
+(static shapes, an opset the target's TensorRT parses, optionally simplified with onnxslim) and,
+for int8, its symmetric S8S8 QDQ form with per-channel weights: explicit quantization, which
+TensorRT 10 builds without a calibrator. Beside it go ``engine.json`` (the builder settings),
+``tensorrt_engine.py`` (the device-side builder, TensorRT Python API) and ``build_engine.sh``
+(the same with trtexec). On a machine without TensorRT the runner measures the ONNX with ONNX
+Runtime as a labelled host proxy; the Q/DQ proxy runs with graph optimizations off, so the
+quantization executes as written (simulated int8, what TensorRT's int8 approximates).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from edgeship.config import StrictModel
+from edgeship.devices import tensorrt_engine
+from edgeship.errors import LoweringError
+from edgeship.fsutil import atomic_write_text
+from edgeship.lowering import register
+from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
+from edgeship.lowering.onnx import export_onnx, graph_details
+
+# Highest ONNX opset each TensorRT release's parser takes (onnx-tensorrt docs/operators.md).
+MAX_OPSET = {"8.5": 17, "8.6": 17, "10.3": 20, "10.7": 20}
+ENGINE_FILES = ("engine.json", "tensorrt_engine.py", "build_engine.sh")
+
+
+class TensorrtOptions(StrictModel):
+    """Options of the tensorrt backend (settings the device-side builder applies)."""
+
+    tensorrt_version: Literal[tuple(MAX_OPSET)] = Field(  # type: ignore[valid-type]
+        "10.3", description="TensorRT on the device: 8.5 (JetPack 5.1), 8.6 (JetPack 6.0), 10.3 (JetPack 6.1/6.2), 10.7.")
+    opset: int | None = Field(None, ge=9, description="ONNX opset; unset: the highest this TensorRT parses, at most 18 (17 needs a trace capture).")
+    simplify: bool = Field(True, description="Simplify the graph with onnxslim (constant folding, dead nodes).")
+    workspace_mb: int = Field(2048, ge=16, description="Builder workspace memory pool limit, MiB.")
+    builder_optimization_level: int | None = Field(None, ge=0, le=5, description="TensorRT 8.6+: 0-5; unset: TensorRT's default (3).")
+    timing_cache: bool = Field(True, description="Keep a timing cache beside the engine so rebuilds on the device are quick.")
+    dla_core: int | None = Field(None, ge=0, description="Build for this DLA core (Jetson Orin/Xavier); unset: the GPU.")
+    gpu_fallback: bool = Field(True, description="With dla_core: let layers DLA cannot run fall back to the GPU.")
+
+    @model_validator(mode="after")
+    def _fits_version(self) -> "TensorrtOptions":
+        top = MAX_OPSET[self.tensorrt_version]
+        if self.opset is not None and self.opset > top:
+            raise ValueError(f"opset {self.opset}: TensorRT {self.tensorrt_version} parses opsets 9-{top}")
+        if self.builder_optimization_level is not None and tensorrt_engine.major_minor(self.tensorrt_version) < (8, 6):
+            raise ValueError(f"builder_optimization_level needs TensorRT 8.6 or later, not {self.tensorrt_version}")
+        return self
+
+    def chosen_opset(self) -> int:
+        return self.opset if self.opset is not None else min(MAX_OPSET[self.tensorrt_version], 18)
+
+
+@register
+class TensorrtBackend(Backend):
+    name = "tensorrt"
+    suffix = ".onnx"
+    runtime = "tensorrt"
+    capture_methods = ("export", "trace", "script")
+    precisions = ("fp32", "fp16", "int8")
+    Options = TensorrtOptions
+
+    def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
+        """The runner builds the engine where TensorRT imports, else runs the ONNX Runtime proxy;
+        an int8 (Q/DQ) proxy runs unoptimized so the quantization executes as written."""
+        settings = engine_settings("model.onnx", precision, options)
+        level = "disabled" if precision == "int8" else "all"
+        return {"engine": settings, "proxy": {"runtime": "onnxruntime", "label": "onnxruntime (host proxy)",
+                                              "options": {"graph_optimization": level}}}
+
+    def lower(self, request: LowerRequest) -> Artifact:
+        require("onnx", self.name)
+        opts, precision = request.options, request.variant.precision
+        notes: list[str] = []
+        with tempfile.TemporaryDirectory(prefix="edgeship-trt-") as work:
+            fp32 = Path(work) / "model.fp32.onnx"
+            export_onnx(request.captured, opts.chosen_opset(), False, fp32)
+            if opts.simplify:
+                simplify(fp32, notes)
+            details = self._write_model(request, fp32, notes)
+        settings = engine_settings(request.dest.name, precision, opts)
+        write_engine_files(request.dest.parent, settings)
+        details["engine_settings"] = settings
+        details["trtexec"] = " ".join(tensorrt_engine.trtexec_command(settings))
+        notes.append("engine built on the device (tensorrt_engine.py or build_engine.sh); engines do not "
+                     "carry across GPUs or TensorRT versions")
+        return Artifact(request.dest, notes, details)
+
+    def _write_model(self, request: LowerRequest, fp32: Path, notes: list[str]) -> dict[str, Any]:
+        import onnx
+
+        if request.variant.precision != "int8":
+            request.dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(fp32, request.dest)
+            notes.append(f"{request.variant.precision} is applied by the TensorRT builder (the ONNX stays float)")
+        else:
+            quantized = self._quantize(request, fp32)
+            notes.extend(quantized.notes)
+        details = graph_details(onnx.load(str(request.dest), load_external_data=False))
+        if request.variant.precision == "int8":
+            details["quantization"] = quantized.details
+        return details
+
+    @staticmethod
+    def _quantize(request: LowerRequest, fp32: Path) -> Any:
+        from edgeship.quantize.onnx import quantize_qdq
+
+        if request.calibration is None:
+            raise LoweringError("int8 needs calibration data: add [data] calibration to the model spec")
+        settings = getattr(request.variant, "quantization", None)
+        return quantize_qdq(fp32, request.dest, request.calibration(), activations="int8-symmetric",
+                            per_channel=True if settings is None else settings.per_channel,
+                            method="minmax" if settings is None or settings.method is None else settings.method,
+                            sensitivity=False if settings is None else settings.sensitivity,
+                            cache=getattr(request, "cache", None))
+
+
+def simplify(path: Path, notes: list[str]) -> None:
+    """onnxslim in place: constant folding and graph clean-up; the node counts go into the notes."""
+    import onnx
+    import onnxslim
+
+    before = len(onnx.load(str(path)).graph.node)
+    slimmed = onnxslim.slim(str(path))
+    onnx.save(slimmed, str(path))
+    notes.append(f"onnxslim {onnxslim.__version__}: {before} -> {len(slimmed.graph.node)} nodes")
+
+
+def engine_settings(onnx_name: str, precision: str, opts: TensorrtOptions) -> dict[str, Any]:
+    """The builder settings engine.json carries to the device."""
+    return {"onnx": onnx_name, "engine": Path(onnx_name).with_suffix(".engine").name,
+            "precision": precision, "tensorrt_version": opts.tensorrt_version,
+            "workspace_mb": opts.workspace_mb,
+            "timing_cache": "timing.cache" if opts.timing_cache else None,
+            "builder_optimization_level": opts.builder_optimization_level,
+            "dla_core": opts.dla_core, "gpu_fallback": opts.gpu_fallback}
+
+
+def write_engine_files(folder: Path, settings: dict[str, Any]) -> None:
+    """engine.json, the device-side builder and build_engine.sh, beside the ONNX model."""
+    atomic_write_text(folder / "engine.json", json.dumps(settings, indent=2) + "\n")
+    atomic_write_text(folder / "tensorrt_engine.py", Path(tensorrt_engine.__file__).read_text())
+    atomic_write_text(folder / "build_engine.sh", tensorrt_engine.build_script(settings))
+    (folder / "build_engine.sh").chmod(0o755)
