@@ -25,6 +25,15 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--trust-weights", action="store_true",
                    help="allow checkpoints that need arbitrary unpickling (can run code: only for files you trust)")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
+    b.add_argument("--resume", action="store_true",
+                   help="reuse the measurements in the output folder's results.json; measure only what is missing or changed")
+    b.add_argument("--db", help="results database URL (default: $EDGESHIP_DB, else sqlite:///artifacts/results.db)")
+    d = sub.add_parser("devices", help="list the devices of a devices file, or check that one is reachable")
+    d.add_argument("--devices", dest="devices_file", help="devices.toml (default: ./devices.toml if present)")
+    dsub = d.add_subparsers(dest="devices_command", required=True)
+    dsub.add_parser("list", help="every device: transport, address, what it runs")
+    c = dsub.add_parser("check", help="reach a device: OS, architecture, Python, runtimes, free disk")
+    c.add_argument("name", help="device name")
     return p
 
 
@@ -34,12 +43,26 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     results = api.build(args.target, args.model, input_shape=args.input_shape, out=args.out,
                         devices_file=args.devices_file, devices=args.device,
-                        trust_weights=args.trust_weights, quiet=args.quiet, debug=args.debug)
+                        trust_weights=args.trust_weights, quiet=args.quiet, debug=args.debug,
+                        resume=args.resume, db=args.db)
     print_results(results)
     return 0
 
 
-COMMANDS = {"build": cmd_build}
+def cmd_devices(args: argparse.Namespace) -> int:
+    """``devices list`` (exit 0) or ``devices check NAME`` (exit 3 when it cannot be reached or probed)."""
+    from edgeship import api
+    from edgeship.devices.listing import check_text, list_text
+
+    if args.devices_command == "list":
+        print(list_text(api.devices(args.devices_file)))
+        return 0
+    report = api.check_device(args.name, args.devices_file)
+    print(check_text(report))
+    return 0 if report.reachable and report.error is None else 3
+
+
+COMMANDS = {"build": cmd_build, "devices": cmd_devices}
 
 
 def quiet_libraries() -> None:

@@ -35,6 +35,8 @@ class LatencySettings(StrictModel):
     iterations: int = Field(100, ge=1, description="Timed inferences; percentiles come from these.")
     threads: int | None = Field(None, ge=1, description="Runtime threads; unset: the device's core count.")
     timeout_s: float = Field(600.0, gt=0, description="Seconds one measurement may take before it is stopped.")
+    max_cv: float | None = Field(0.15, gt=0, description="Flag a measurement whose coefficient of variation (std / mean) is above this; unset: never flag.")
+    cooldown_s: float = Field(0.0, ge=0, description="Seconds each device rests between two measurements (lets a phone or board cool down).")
 
 
 class Gates(StrictModel):
@@ -101,6 +103,7 @@ class Profile(StrictModel):
     evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings, description="Evaluation samples.")
     data: DataOverride = Field(default_factory=DataOverride, description="Data that overrides the model spec's.")
     variants: list[Variant] = Field(min_length=1, description="The artifacts to build.")
+    devices: list[str] = Field(default_factory=list, description="Devices (names in the --devices file) to measure on when no --device is given; unset: this machine.")
     path: Path | None = Field(None, exclude=True, description="Where the profile was read from (set by the loader).")
 
     @model_validator(mode="after")

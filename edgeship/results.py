@@ -56,6 +56,7 @@ class Latency(ResultModel):
     cv_above_max: bool | None = Field(None, description="True when cv exceeds the profile's latency.max_cv (an unsteady measurement); None when not measured.")
     attempts: int | None = Field(None, description="How many times the job was started (retries after a dropped connection).")
     accuracy: Accuracy | None = Field(None, description="Accuracy of the outputs this device returned; None when it returned none.")
+    inputs_sha256: str | None = Field(None, description="sha256 of the evaluation inputs the device ran (build --resume compares it).")
     notes: list[str] = Field(default_factory=list)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 RUNNER = Path(__file__).resolve().parent / "runner.py"
+PROBE = Path(__file__).resolve().parent / "probe.py"
 
 
 @dataclass
@@ -33,7 +34,7 @@ class Job:
         return {"runtime": self.runtime, "artifact": artifact, "sha256": self.sha256, "inputs": inputs,
                 "input_names": self.input_names, "batch": self.batch, "warmup": self.warmup,
                 "iterations": self.iterations, "threads": self.threads, "options": self.options,
-                "outputs": "outputs.npz", "result": "result.json"}
+                "outputs": "outputs.npz", "result": "result.json", "deadline_s": self.timeout_s}
 
 
 @dataclass
@@ -42,6 +43,7 @@ class JobResult:
 
     document: dict[str, Any]
     outputs: list[np.ndarray]
+    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def read(cls, folder: Path) -> "JobResult":
@@ -58,8 +60,36 @@ class MeasurementError(Exception):
     """A measurement that could not be taken; the message says why (it goes into the notes)."""
 
 
+class TransportError(MeasurementError):
+    """The device could not be reached, or the connection dropped mid-job: worth retrying."""
+
+
+@dataclass
+class DeviceReport:
+    """What ``edgeship devices check`` found out about a device."""
+
+    name: str
+    transport: str
+    address: str
+    reachable: bool
+    error: str | None = None
+    facts: dict[str, Any] = field(default_factory=dict)      # os, arch, python, cpus, free disk
+    runtimes: dict[str, str] = field(default_factory=dict)   # runtime id -> version, or why it is missing
+    notes: list[str] = field(default_factory=list)
+
+
 class Device(ABC):
-    """A place artifacts run: this machine, an ssh board, an adb phone."""
+    """A place artifacts run: this machine, an ssh board, an adb phone.
+
+    ``retries`` and ``backoff_s`` say how often a job that lost its connection (TransportError)
+    is started again; ``lock_key`` names the physical device, so that two builds never time on it
+    at once whatever the device is called in their devices files.
+    """
+
+    transport = "local"
+    retries = 0
+    backoff_s = 1.0
+    lock_timeout_s = 3600.0
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -68,6 +98,37 @@ class Device(ABC):
     def run_job(self, job: Job, workdir: Path) -> JobResult:
         """Run ``job`` with the runner on the device; raise MeasurementError when it fails."""
 
+    @abstractmethod
+    def check(self) -> DeviceReport:
+        """Reach the device and report its OS, architecture, Python, runtimes and free disk."""
+
+    @property
+    @abstractmethod
+    def address(self) -> str:
+        """Where the device is: ``local``, ``user@host:port``, an adb serial."""
+
+    @property
+    def lock_key(self) -> str:
+        return f"{self.transport}-{self.address}"
+
+    def skip_reason(self, job: Job, host_unavailable: str | None) -> str | None:
+        """Why ``job`` is not run on this device (None: run it). ``host_unavailable`` is the
+        backend's reason it cannot run on this machine, which matters only for local devices."""
+        if job.runtime == "eager" and self.transport != "local":
+            return "the eager float model runs only on the host (it needs edgeship and the model's source)"
+        return host_unavailable if self.transport == "local" else None
+
     def describe(self) -> str:
         """A short label for progress lines."""
         return self.name
+
+
+def probe_report(device: "Device", stdout: str) -> DeviceReport:
+    """A DeviceReport from the JSON that probe.py printed on the device."""
+    try:
+        doc = json.loads(stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return DeviceReport(device.name, device.transport, device.address, reachable=True,
+                            error=f"probe.py printed no report: {stdout.strip()[-300:]!r}")
+    return DeviceReport(device.name, device.transport, device.address, reachable=True,
+                        facts=doc["facts"], runtimes=doc["runtimes"])

@@ -4,17 +4,26 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from edgeship.devices.base import RUNNER, Device, Job, JobResult, MeasurementError
+from edgeship.devices.base import PROBE, RUNNER, Device, DeviceReport, Job, JobResult, MeasurementError, probe_report
 
 
 class LocalDevice(Device):
     """Runs each job in its own fresh interpreter, so one artifact's runtime never warms another's."""
 
+    transport = "local"
+
     def __init__(self, name: str = "host", python: str | None = None) -> None:
         super().__init__(name)
         self.python = python or sys.executable
+
+    @property
+    def address(self) -> str:
+        import socket
+
+        return socket.gethostname()
 
     def run_job(self, job: Job, workdir: Path) -> JobResult:
         workdir.mkdir(parents=True, exist_ok=True)
@@ -34,3 +43,11 @@ class LocalDevice(Device):
         if not result.document.get("ok"):
             raise MeasurementError(result.document.get("error", "runner failed"))
         return result
+
+    def check(self) -> DeviceReport:
+        with tempfile.TemporaryDirectory(prefix="edgeship-probe-") as tmp:
+            proc = subprocess.run([self.python, str(PROBE), tmp], capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            return DeviceReport(self.name, self.transport, self.address, reachable=True,
+                                error=f"probe.py exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        return probe_report(self, proc.stdout)

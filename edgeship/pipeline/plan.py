@@ -12,6 +12,7 @@ from edgeship.devices import Device, LocalDevice
 from edgeship.errors import DeviceError, did_you_mean
 from edgeship.profile import Profile, load_profile
 from edgeship.spec import ModelSpec, demo_spec_path, load_spec
+from edgeship.store import ResultsStore
 
 
 @dataclass
@@ -27,6 +28,8 @@ class BuildRequest:
     trust_weights: bool = False
     debug: bool = False
     quiet: bool = False
+    resume: bool = False
+    db: str | None = None
 
 
 @dataclass
@@ -38,6 +41,7 @@ class Plan:
     spec: ModelSpec
     out_dir: Path
     devices: list[Device]
+    store: ResultsStore | None = None
 
     @property
     def evaluation_source(self) -> str | None:
@@ -53,15 +57,17 @@ def make_plan(request: BuildRequest) -> Plan:
     profile = load_profile(request.target)
     spec = load_spec(request.model or demo_spec_path(), request.input_shape)
     out_dir = Path(request.out) if request.out else Path("artifacts") / profile.name / spec.name
-    return Plan(request, profile, spec, out_dir, resolve_devices(request))
+    return Plan(request, profile, spec, out_dir, resolve_devices(request, profile.devices),
+                ResultsStore(request.db))
 
 
-def resolve_devices(request: BuildRequest) -> list[Device]:
-    """The devices to measure on; without a devices file, only this machine ('host')."""
+def resolve_devices(request: BuildRequest, defaults: list[str] | None = None) -> list[Device]:
+    """The devices to measure on: --device names, else the profile's ``devices``, else 'host'.
+    Without a devices file only 'host' is known (the profile's devices then need --devices)."""
     if request.devices_file is not None:
         from edgeship.devices.config import load_devices
 
-        return load_devices(request.devices_file).select(request.device_names or ["host"])
+        return load_devices(request.devices_file).select(request.device_names or defaults or ["host"])
     unknown = [n for n in request.device_names if n != "host"]
     if unknown:
         raise DeviceError(f"--device {unknown[0]}: unknown device; without --devices FILE only 'host' "

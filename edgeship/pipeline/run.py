@@ -18,7 +18,9 @@ from edgeship.model import LoadedModel, count_flops, load_model
 from edgeship.pipeline.capture import Capturer
 from edgeship.pipeline.lower import Lowered, lower_variant
 from edgeship.pipeline.plan import BuildRequest, Plan, make_plan
-from edgeship.pipeline.validate import Reference, accuracy_of, check_gates, measure, reference_outputs
+from edgeship.pipeline.schedule import (Identity, collect, measure_all, plan_tasks, previous_results,
+                                        reuse_line)
+from edgeship.pipeline.validate import Reference, check_device_gates, inputs_fingerprint, reference_outputs
 from edgeship.progress import Progress
 from edgeship.results import ModelInfo, Results, VariantResult, now_utc, toolchain_versions
 
@@ -45,6 +47,9 @@ def build(request: BuildRequest) -> Results:
                       toolchain=toolchain_versions(), variants=rows)
     results.write(plan.out_dir / "results.json")
     progress.info(f"wrote {plan.out_dir / 'results.json'}")
+    if plan.store is not None:
+        build_id = plan.store.record(results)
+        progress.info(f"recorded build {build_id} in {plan.store.url}")
     failed = [r.name for r in rows if not r.gates.passed]
     if failed:
         raise GateFailure(f"{len(failed)} variant(s) failed validation: {', '.join(failed)}; "
@@ -112,29 +117,28 @@ def variant_row(plan: Plan, item: Lowered) -> VariantResult:
 
 def validate_all(plan: Plan, model: LoadedModel, ref: Reference, lowered: list[Lowered],
                  rows: list[VariantResult], progress: Progress) -> None:
-    """Measure the eager model and every artifact on every device; fill accuracy and gates."""
-    jobs: list[tuple[VariantResult, Job | None, str | None]] = [(rows[0], eager_job(plan, model, ref), None)]
+    """Measure the eager model and every artifact on every device (devices concurrently, one job
+    at a time on each); fill each row's latency, accuracy and gates."""
+    jobs: list[tuple[VariantResult, Job, str | None]] = [(rows[0], eager_job(plan, model, ref), None)]
     for item, row in zip(lowered, rows[1:]):
         if item.artifact is not None:
-            jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available(item.options)))
+            jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available()))
+    current = Identity((model.spec.entry, model.weights_sha256, model.params), inputs_fingerprint(ref))
+    previous = previous_results(plan.out_dir / "results.json", plan.request.resume, progress)
+    tasks, reasons = plan_tasks(jobs, plan.devices, plan.out_dir / WORK, previous, current)
+    if previous is not None:
+        progress.info(reuse_line(tasks, reasons, plan.out_dir / "results.json"))
+    with progress.step(f"measure on {', '.join(d.name for d in plan.devices)}") as status:
+        measure_all(tasks, plan.profile.latency, progress)
+        status["result"] = f"{sum(t.reused is None for t in tasks)} measurement(s)"
     for row, job, unavailable in jobs:
-        for device in plan.devices:
-            if unavailable:
-                row.notes.append(f"{device.name}: not measured here: {unavailable}")
-                continue
-            with progress.step(f"measure {row.name} on {device.name}") as status:
-                m = measure(device, job, plan.profile.latency, plan.out_dir / WORK / row.name / device.name)
-                row.latency.append(m.latency)
-                status["result"] = (f"p50 {m.latency.p50_ms:.3f} ms" if m.latency.p50_ms is not None
-                                    else "; ".join(m.latency.notes))
-                if m.outputs is not None and row.accuracy is None:
-                    row.accuracy, notes = accuracy_of(ref, m.outputs)
-                    row.notes += [f"accuracy from outputs on {device.name}"] + notes
+        collect(row, [t for t in tasks if t.row is row], ref, current.inputs_sha256)
         if row.backend != "eager" and row.error is None:
             if unavailable and not row.latency:
                 row.notes.append("gates not checked: no device in this build can run the artifact")
             else:
-                row.gates = check_gates(plan.profile.gates_for(_variant(plan, row.name)), row.accuracy, row.latency)
+                row.gates = check_device_gates(plan.profile.gates_for(_variant(plan, row.name)),
+                                               row.accuracy, row.latency)
 
 
 def _variant(plan: Plan, name: str) -> Any:

@@ -6,6 +6,9 @@ back. The host computes accuracy from the returned outputs the same way for ever
 """
 from __future__ import annotations
 
+import hashlib
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ import numpy as np
 from edgeship import metrics
 from edgeship.calibration import Dataset
 from edgeship.devices import Device, Job
-from edgeship.devices.base import MeasurementError
+from edgeship.devices.base import JobResult, MeasurementError, TransportError
 from edgeship.errors import ModelSpecError
 from edgeship.profile import Gates, LatencySettings
 from edgeship.results import Accuracy, GateResult, Latency, now_utc
@@ -64,34 +67,97 @@ class Measurement:
     outputs: np.ndarray | None
 
 
-def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path) -> Measurement:
-    """Run a job on a device; a failure becomes a latency row with no numbers and the reason."""
+def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
+            sleep: Callable[[float], None] = time.sleep) -> Measurement:
+    """Run a job on a device; a failure becomes a latency row with no numbers and the reason.
+
+    A job whose connection dropped (TransportError) is started again up to ``device.retries``
+    times, waiting ``device.backoff_s`` and then twice as long before each next try.
+    """
     row = Latency(device=device.name, runtime=job.runtime, warmup=job.warmup,
                   iterations=job.iterations, threads=job.threads, measured_at=now_utc())
-    try:
-        result = device.run_job(job, workdir)
-    except MeasurementError as e:
-        row.notes.append(f"not measured: {e}")
+    result = _run_with_retries(device, job, workdir, row, sleep)
+    if result is None:
         return Measurement(row, None)
     doc = result.document
     row.runtime = doc.get("runtime_version", job.runtime)
     row.threads = doc.get("threads", job.threads)
     row.load_ms = doc.get("load_ms")
     row.peak_rss_mb = doc.get("peak_rss_mb")
-    for key, value in metrics.latency_stats(doc["timings_ms"]).items():
-        setattr(row, key, value)
+    row.notes.extend(doc.get("notes", []) + result.notes)
+    stats = doc.get("summary_ms") or metrics.latency_stats(doc["timings_ms"])  # summary: trtexec's own
+    for key in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "cv"):
+        setattr(row, key, stats.get(key))
+    flag_unsteady(row, settings.max_cv)
     return Measurement(row, result.outputs[0] if result.outputs else None)
+
+
+def _run_with_retries(device: Device, job: Job, workdir: Path, row: Latency,
+                      sleep: Callable[[float], None]) -> JobResult | None:
+    delay = device.backoff_s
+    for attempt in range(1, device.retries + 2):
+        row.attempts = attempt
+        try:
+            return device.run_job(job, workdir)
+        except TransportError as e:
+            if attempt > device.retries:
+                row.notes.append(f"not measured: {e} (gave up after {attempt} attempts)")
+                return None
+            row.notes.append(f"attempt {attempt} failed: {e}; retried after {delay:g} s")
+            sleep(delay)
+            delay *= 2
+        except MeasurementError as e:
+            row.notes.append(f"not measured: {e}")
+            return None
+    return None
+
+
+def flag_unsteady(row: Latency, max_cv: float | None) -> None:
+    """Mark a measurement whose coefficient of variation is above the profile's threshold."""
+    if row.cv is None or max_cv is None:
+        return
+    row.cv_above_max = row.cv > max_cv
+    if row.cv_above_max:
+        row.notes.append(f"unsteady: cv {row.cv:.3f} is above the profile's max_cv {max_cv:g} (other load on "
+                         "the device, thermal throttling or too few iterations); compare with care")
+
+
+def inputs_fingerprint(ref: Reference) -> str:
+    """sha256 of the evaluation inputs (names, dtypes, shapes, bytes): what --resume compares."""
+    h = hashlib.sha256()
+    for name in sorted(ref.data.inputs):
+        a = np.ascontiguousarray(ref.data.inputs[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def accuracy_of(ref: Reference, outputs: np.ndarray) -> tuple[Accuracy, list[str]]:
     """The accuracy block for ``outputs`` against the float outputs, with notes on null fields."""
     values = metrics.accuracy(ref.outputs, outputs.reshape(ref.outputs.shape), ref.data.labels)
+    accuracy = Accuracy(**values)
+    return accuracy, accuracy_notes(accuracy, ref.data.labels is not None)
+
+
+def accuracy_notes(accuracy: Accuracy, has_labels: bool) -> list[str]:
+    """Why fields of an accuracy block are null."""
     notes = []
-    if values["sqnr_db"] is None and values["max_abs_err"] == 0.0:
+    if accuracy.sqnr_db is None and accuracy.max_abs_err == 0.0:
         notes.append("sqnr_db is null: outputs are identical to the float model's (infinite SQNR)")
-    if ref.data.labels is None:
+    if not has_labels:
         notes.append("top1 is null: the evaluation data has no labels")
-    return Accuracy(**values), notes
+    return notes
+
+
+def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency]) -> GateResult:
+    """check_gates on the variant's accuracy, plus the accuracy gates on every other device that
+    returned outputs (a device whose runtime computes differently fails the variant too)."""
+    result = check_gates(gates, accuracy, latency)
+    for row in latency:
+        if row.accuracy is not None and row.accuracy is not accuracy:
+            result.failures += [f"{f} on {row.device}" for f in check_gates(gates, row.accuracy, []).failures]
+    result.passed = not result.failures
+    return result
 
 
 def check_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency]) -> GateResult:

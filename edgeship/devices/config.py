@@ -1,0 +1,180 @@
+"""``devices.toml``: where artifacts are measured (this machine, ssh boards, adb phones).
+
+    [devices.orin]
+    transport = "ssh"
+    host = "orin.local"
+    user = "nvidia"
+    known_hosts = "~/.ssh/known_hosts"
+
+Every entry is checked before a build starts: unknown keys, a bad transport, a missing identity
+or known_hosts file are one DeviceError (exit 2) naming the file, the key and what is allowed.
+``host`` (this machine) is always defined; a file may redefine it.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+from pydantic import Field, field_validator
+
+from edgeship.config import StrictModel, existing_path, format_error, raise_problems, read_toml, render_loc
+from edgeship.devices.base import Device
+from edgeship.errors import DeviceError, did_you_mean, one_of
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class RemoteSettings(StrictModel):
+    """Timeouts and retries shared by every remote transport."""
+
+    connect_timeout_s: float = Field(10.0, gt=0, description="Seconds to wait for the device to answer.")
+    transfer_timeout_s: float = Field(300.0, gt=0, description="Seconds one copy to or from the device may take.")
+    retries: int = Field(2, ge=0, le=10, description="Times a job is started again after its connection dropped.")
+    backoff_s: float = Field(2.0, ge=0, description="Seconds before the first retry; doubled before each next one.")
+    lock_timeout_s: float = Field(3600.0, gt=0, description="Seconds to wait for another build to finish timing on the device.")
+
+    @field_validator("workdir", check_fields=False)
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("must be an absolute path on the device (~ and $HOME are not expanded)")
+        return value.rstrip("/") or "/"
+
+
+class LocalConfig(StrictModel):
+    """This machine."""
+
+    transport: Literal["local"] = Field(description="local: the machine edgeship runs on.")
+    python: str | None = Field(None, description="Python that runs the runner; unset: the one running edgeship.")
+
+    def device(self, name: str) -> Device:
+        from edgeship.devices.local import LocalDevice
+
+        return LocalDevice(name, self.python)
+
+
+def _local_file(value: Path | None, info: pydantic.ValidationInfo) -> Path | None:
+    return existing_path(value.expanduser(), info) if value is not None else None
+
+
+class SshConfig(RemoteSettings):
+    """A device with sshd and Python: a Jetson, a Raspberry Pi, a Mac."""
+
+    transport: Literal["ssh"] = Field(description="ssh: reached with the OpenSSH client.")
+    host: str = Field(min_length=1, description="Host name or address.")
+    port: int = Field(22, ge=1, le=65535, description="sshd's port.")
+    user: str | None = Field(None, description="Login name; unset: the ssh client's default.")
+    identity: Path | None = Field(None, description="Private key file; unset: the ssh agent or ssh config.")
+    known_hosts: Path | None = Field(None, description="known_hosts file holding the device's host key; unset: ssh's default. Host keys are always checked.")
+    python: str = Field("python3", description="Python on the device that runs the runner (needs numpy and the runtimes).")
+    workdir: str = Field("/tmp/edgeship", description="Absolute folder on the device under which each job gets its own folder.")
+    ssh: str = Field("ssh", description="The OpenSSH client to run.")
+
+    _files = field_validator("identity", "known_hosts")(_local_file)
+
+    def device(self, name: str) -> Device:
+        from edgeship.devices.ssh import SshDevice
+
+        return SshDevice(name, self)
+
+
+class AdbConfig(RemoteSettings):
+    """An Android device: no Python there, so native benchmark programs time the artifacts."""
+
+    transport: Literal["adb"] = Field(description="adb: reached with the Android adb client.")
+    serial: str = Field(min_length=1, description="The device's serial (adb devices lists them).")
+    adb: str = Field("adb", description="The adb client to run.")
+    workdir: str = Field("/data/local/tmp/edgeship", description="Absolute folder on the device for job files.")
+    programs: dict[str, str] = Field(default_factory=dict, description="Runtime -> path on the device of its benchmark program: executorch -> executor_runner, pytorch-mobile -> speed_benchmark_torch.")
+
+    @field_validator("programs")
+    @classmethod
+    def _known_runtimes(cls, value: dict[str, str]) -> dict[str, str]:
+        from edgeship.devices.native import PROGRAMS
+
+        for runtime in value:
+            if runtime not in PROGRAMS:
+                raise ValueError(f"no native benchmark program for runtime {runtime!r}; "
+                                 f"{one_of(PROGRAMS)}{did_you_mean(runtime, PROGRAMS)}")
+        return value
+
+    def device(self, name: str) -> Device:
+        from edgeship.devices.adb import AdbDevice
+
+        return AdbDevice(name, self)
+
+
+CONFIGS: dict[str, type[StrictModel]] = {"local": LocalConfig, "ssh": SshConfig, "adb": AdbConfig}
+
+
+class DeviceSet:
+    """The devices a file defines, by name; ``host`` is always there."""
+
+    def __init__(self, source: str, configs: dict[str, Any]) -> None:
+        self.source = source
+        self.configs = {"host": LocalConfig(transport="local"), **configs}
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.configs)
+
+    def device(self, name: str) -> Device:
+        if name not in self.configs:
+            raise DeviceError(f"--device {name}: no device {name!r} in {self.source}; "
+                              f"{one_of(self.configs)}{did_you_mean(name, self.configs)}")
+        return self.configs[name].device(name)
+
+    def select(self, names: list[str]) -> list[Device]:
+        """The named devices, in order, each once (DeviceError for an unknown name)."""
+        return [self.device(n) for n in dict.fromkeys(names)]
+
+
+def load_devices(path: Path | str) -> DeviceSet:
+    """Read and fully validate a devices file (DeviceError, exit 2)."""
+    path = Path(path)
+    data = read_toml(path, DeviceError)
+    extra = [k for k in data if k != "devices"]
+    if extra:
+        raise DeviceError(f"{path}: unknown key {extra[0]}{did_you_mean(extra[0], ['devices'])}; "
+                          "a devices file holds only [devices.NAME] tables")
+    table = data.get("devices", {})
+    if not isinstance(table, dict):
+        raise DeviceError(f"{path}: devices must be tables ([devices.NAME]), not {type(table).__name__}")
+    problems: list[str] = []
+    configs: dict[str, Any] = {}
+    for name, entry in table.items():
+        config, found = _entry(name, entry, path.parent)
+        problems += found
+        if config is not None:
+            configs[name] = config
+    if problems:
+        raise_problems(str(path), problems, DeviceError)
+    return DeviceSet(str(path), configs)
+
+
+def _entry(name: str, entry: Any, base_dir: Path) -> tuple[Any, list[str]]:
+    """One [devices.NAME] table validated against its transport's model; problems name its keys."""
+    where = f"devices.{name}"
+    if not re.match(NAME_PATTERN, name):
+        return None, [f"{where}: a device name is letters, digits, '.', '_' and '-'"]
+    if not isinstance(entry, dict):
+        return None, [f"{where}: must be a table, not {type(entry).__name__}"]
+    if "transport" not in entry:
+        return None, [f"missing required key {where}.transport ({one_of(CONFIGS)})"]
+    transport = str(entry["transport"])
+    if transport not in CONFIGS:
+        return None, [f'{where}.transport = "{transport}": not allowed; {one_of(CONFIGS)}'
+                      f"{did_you_mean(transport, CONFIGS)}"]
+    model = CONFIGS[transport]
+    try:
+        return model.model_validate(entry, context={"base_dir": base_dir}), []
+    except pydantic.ValidationError as e:
+        return None, [_prefixed(model, err, where) for err in e.errors(include_url=False)]
+
+
+def _prefixed(model: type[StrictModel], err: Any, where: str) -> str:
+    """config.format_error's line with the key written as devices.NAME.key."""
+    key = render_loc(tuple(err["loc"]))
+    return format_error(model, err).replace(key, f"{where}.{key}", 1)

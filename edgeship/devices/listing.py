@@ -1,0 +1,43 @@
+"""What ``edgeship devices list`` and ``edgeship devices check NAME`` print."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgeship.devices.base import DeviceReport
+from edgeship.devices.config import DeviceSet, load_devices
+
+DEFAULT_FILE = Path("devices.toml")
+
+
+def device_set(path: str | Path | None) -> DeviceSet:
+    """The devices of ``path``; without one, ./devices.toml when it exists, else only 'host'."""
+    if path is None and DEFAULT_FILE.exists():
+        path = DEFAULT_FILE
+    return load_devices(path) if path is not None else DeviceSet("(no devices file)", {})
+
+
+def list_text(devices: DeviceSet) -> str:
+    """One line per device: name, transport, address and what it runs."""
+    lines = [f"devices in {devices.source}:"]
+    for name in devices.names:
+        config = devices.configs[name]
+        device = config.device(name)
+        runs = "the runner (numpy + each runtime's Python package)"
+        if config.transport == "adb":
+            runs = ", ".join(f"{r}: {p}" for r, p in config.programs.items()) or "no benchmark programs set"
+        lines.append(f"  {name:<12} {config.transport:<6} {device.address:<28} {runs}")
+    return "\n".join(lines)
+
+
+def check_text(report: DeviceReport) -> str:
+    """The facts a check found, or why the device could not be reached."""
+    head = f"{report.name} ({report.transport} {report.address}): "
+    if not report.reachable:
+        return head + f"NOT reachable: {report.error}"
+    lines = [head + ("reachable" if report.error is None else f"reachable, but {report.error}")]
+    facts = dict(report.facts)
+    if facts.get("free_disk_bytes") is not None:
+        facts["free_disk"] = f"{facts.pop('free_disk_bytes') / (1 << 30):.1f} GiB"
+    lines += [f"  {key:<10} {value}" for key, value in facts.items()]
+    lines += ["  runtimes:"] + [f"    {name:<15} {state}" for name, state in report.runtimes.items()]
+    return "\n".join(lines + [f"  note: {n}" for n in report.notes])

@@ -1,0 +1,67 @@
+"""edgeship device probe: what this device is and which of the runner's runtimes import here.
+
+    python probe.py [FOLDER]
+
+Copied to the device beside runner.py by ``edgeship devices check``; needs only the standard
+library (it reports numpy's absence rather than failing on it). Prints one JSON document:
+OS, architecture, Python, CPU count, free disk in FOLDER, and for every runtime the runner
+knows, its version or why it does not import.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import shutil
+import sys
+
+
+def runtimes():
+    """runtime id -> "version" or "not importable: why", for every runtime in runner.py."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    try:
+        import runner
+    except Exception as e:  # numpy missing, a syntax error on an old Python: say which
+        return {"(runner.py)": "not importable: %s: %s" % (type(e).__name__, e)}
+    out = {}
+    for name in sorted(runner.RUNTIMES):
+        if name == "eager":
+            continue
+        out[name] = _import(runner.IMPORTS.get(name, []))
+    return out
+
+
+def _import(modules):
+    """The version of the runtime's own package (the last module listed), after importing all."""
+    if not modules:
+        return "not checked: runner.py lists no imports for it"
+    for module in modules:
+        try:
+            mod = importlib.import_module(module)
+        except Exception as e:
+            return "not importable: %s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0])
+    top = modules[-1].split(".")[0]
+    try:
+        from importlib.metadata import version
+        return version(top)
+    except Exception:
+        return str(getattr(mod, "__version__", "importable (version unknown)"))
+
+
+def facts(folder):
+    os.makedirs(folder, exist_ok=True)
+    return {"os": "%s %s" % (platform.system(), platform.release()), "arch": platform.machine(),
+            "python": "%s (%s)" % (platform.python_version(), sys.executable), "cpus": os.cpu_count(),
+            "free_disk_bytes": shutil.disk_usage(folder).free}
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    folder = argv[0] if argv else os.getcwd()
+    print(json.dumps({"facts": facts(folder), "runtimes": runtimes()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""Who measures what, when: one task per (variant, device), devices measured concurrently.
+
+Each device gets one worker thread that runs its tasks one at a time, each inside the device's
+OS lock (:mod:`edgeship.devices.lock`), so a device never times two things at once, in this build
+or another. A device that drops out fails only its own tasks; every other device's results stay.
+With ``build --resume`` a pair already measured in the previous results.json (same artifact
+sha256, same evaluation inputs, same warmup / iterations / threads) is reused, not measured again.
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.markup import escape
+
+from edgeship.devices import Device, Job
+from edgeship.devices.base import MeasurementError
+from edgeship.devices.lock import DeviceLock, describe
+from edgeship.pipeline.validate import Measurement, Reference, accuracy_notes, accuracy_of, measure
+from edgeship.profile import LatencySettings
+from edgeship.progress import Progress
+from edgeship.results import Latency, ModelInfo, Results, VariantResult, now_utc
+
+
+@dataclass
+class Task:
+    """One variant on one device: measured now (``result``) or reused from results.json."""
+
+    row: VariantResult
+    job: Job
+    device: Device
+    workdir: Path
+    reused: Latency | None = None
+    result: Measurement | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.row.name} on {self.device.name}"
+
+
+@dataclass
+class Identity:
+    """What must be unchanged for a previous measurement to be reused: the float model (for the
+    eager row: entry, weights, parameter count) and the evaluation inputs."""
+
+    model: tuple
+    inputs_sha256: str
+
+
+def plan_tasks(jobs: list[tuple[VariantResult, Job, str | None]], devices: list[Device], work: Path,
+               previous: Results | None, current: Identity) -> tuple[list[Task], Counter]:
+    """Tasks in (variant, device) order; devices that cannot run a job get a note on the row.
+    Returns the tasks and, for a resumed build, why each measured pair was not reused."""
+    tasks: list[Task] = []
+    reasons: Counter = Counter()
+    for row, job, unavailable in jobs:
+        for device in devices:
+            skip = device.skip_reason(job, unavailable)
+            if skip:
+                row.notes.append(f"{device.name}: not measured here: {skip}")
+                continue
+            task = Task(row, job, device, work / row.name / device.name)
+            if previous is not None:
+                task.reused, why = reusable(previous, row, device.name, job, current)
+                reasons[why] += task.reused is None
+            tasks.append(task)
+    return tasks, reasons
+
+
+def model_identity(info: ModelInfo) -> tuple:
+    return (info.entry, info.weights_sha256, info.params)
+
+
+def reusable(previous: Results, row: VariantResult, device: str, job: Job,
+             current: Identity) -> tuple[Latency | None, str]:
+    """The previous measurement of this pair if it still holds, else None and why not."""
+    prev = next((v for v in previous.variants if v.name == row.name and v.backend == row.backend), None)
+    if prev is None:
+        return None, "not in results.json"
+    same = (model_identity(previous.model) == current.model if row.backend == "eager"
+            else row.sha256 is not None and prev.sha256 == row.sha256)
+    if not same:
+        return None, "artifact changed"
+    lat = next((lat for lat in prev.latency if lat.device == device), None)
+    if lat is None or lat.mean_ms is None:
+        return None, "not measured there before"
+    if lat.inputs_sha256 != current.inputs_sha256:
+        return None, "evaluation inputs changed"
+    if (lat.warmup, lat.iterations) != (job.warmup, job.iterations) or (job.threads and lat.threads != job.threads):
+        return None, "latency settings changed"
+    lat = lat.model_copy(deep=True)
+    lat.notes.append(f"reused by build --resume at {now_utc()} (measured {lat.measured_at})")
+    return lat, "reused"
+
+
+def measure_all(tasks: list[Task], settings: LatencySettings, progress: Progress) -> None:
+    """Measure every task not reused: devices concurrently, each device one task at a time."""
+    by_device: dict[str, list[Task]] = {}
+    for task in tasks:
+        if task.reused is None:
+            by_device.setdefault(task.device.lock_key, []).append(task)
+    if not by_device:
+        return
+    with ThreadPoolExecutor(max_workers=len(by_device), thread_name_prefix="edgeship-device") as pool:
+        for future in [pool.submit(_device_worker, queue, settings, progress) for queue in by_device.values()]:
+            future.result()
+
+
+def _device_worker(queue: list[Task], settings: LatencySettings, progress: Progress) -> None:
+    device = queue[0].device
+
+    def waiting(holder: dict) -> None:
+        progress.info(escape(f"  {device.name} is busy ({describe(holder)}); waiting for it"))
+
+    for i, task in enumerate(queue):
+        if i and settings.cooldown_s:
+            time.sleep(settings.cooldown_s)
+        try:
+            with DeviceLock(device.lock_key, device.lock_timeout_s, on_wait=waiting):
+                task.result = measure(device, task.job, settings, task.workdir)
+        except MeasurementError as e:  # the lock timed out: another build kept the device
+            row = Latency(device=device.name, runtime=task.job.runtime, warmup=task.job.warmup,
+                          iterations=task.job.iterations, threads=task.job.threads, measured_at=now_utc())
+            row.notes.append(f"not measured: {e}")
+            task.result = Measurement(row, None)
+        if i and settings.cooldown_s:
+            task.result.latency.notes.append(f"{device.name} rested {settings.cooldown_s:g} s before this run")
+        progress.info(escape(f"  {task.label}: {summary(task.result.latency)}"))
+
+
+def summary(lat: Latency) -> str:
+    """One progress line's worth: p50 and cv, or mean only, or why it was not measured."""
+    if lat.p50_ms is not None:
+        flag = " (unsteady)" if lat.cv_above_max else ""
+        return f"p50 {lat.p50_ms:.3f} ms, cv {lat.cv:.3f}{flag}" + (f", {lat.attempts} attempts" if (lat.attempts or 1) > 1 else "")
+    if lat.mean_ms is not None:
+        return f"mean {lat.mean_ms:.3f} ms (no per-run times)"
+    return next((n for n in lat.notes if n.startswith("not measured")), "not measured")
+
+
+def reuse_line(tasks: list[Task], reasons: Counter, source: Path) -> str:
+    """The progress line of a resumed build: what was reused and why the rest is measured."""
+    reused = [t.label for t in tasks if t.reused is not None]
+    measured = ", ".join(f"{n} {why}" for why, n in reasons.items() if n and why != "reused")
+    return (f"resume from {source}: reused {len(reused)} of {len(tasks)} measurement(s)"
+            + (f" ({', '.join(reused)})" if reused else "") + (f"; measuring {measured}" if measured else ""))
+
+
+def previous_results(path: Path, resume: bool, progress: Progress) -> Results | None:
+    """The results.json a ``--resume`` build starts from (None: measure everything)."""
+    if not resume:
+        return None
+    if not path.exists():
+        progress.info(escape(f"resume: no {path} yet; measuring everything"))
+        return None
+    try:
+        return Results.read(path)
+    except (OSError, ValueError) as e:
+        progress.info(escape(f"resume: {path} cannot be read ({str(e).splitlines()[0]}); measuring everything"))
+        return None
+
+
+def collect(row: VariantResult, tasks: list[Task], ref: Reference, inputs_sha256: str) -> None:
+    """Put each task's latency row on the variant, in device order, with the accuracy of that
+    device's own outputs; the variant's accuracy is the first device's that returned outputs."""
+    for task in tasks:
+        lat = task.reused
+        if lat is None:
+            lat = task.result.latency
+            lat.inputs_sha256 = inputs_sha256
+            if task.result.outputs is not None:
+                lat.accuracy = accuracy_of(ref, task.result.outputs)[0]
+        row.latency.append(lat)
+    first = next((lat for lat in row.latency if lat.accuracy is not None), None)
+    if first is not None:
+        row.accuracy = first.accuracy
+        row.notes += [f"accuracy from outputs on {first.device}"] + accuracy_notes(first.accuracy,
+                                                                                  ref.data.labels is not None)
