@@ -367,20 +367,6 @@ def stop_at_deadline(seconds):
     signal.alarm(max(1, int(-(-seconds // 1))))
 
 
-def stop_at_deadline(seconds):
-    """Stop this runner at the job's deadline (POSIX), so a job whose host gave up on it, or
-    whose connection dropped, does not keep the device busy while the next job is timed."""
-    import signal
-
-    if not seconds or not hasattr(signal, "SIGALRM"):
-        return
-
-    def expire(signum, frame):
-        raise TimeoutError("the runner stopped itself at the job's %.0f s timeout" % seconds)
-    signal.signal(signal.SIGALRM, expire)
-    signal.alarm(max(1, int(-(-seconds // 1))))
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -394,7 +380,6 @@ def main(argv=None):
         if job["runtime"] not in RUNTIMES:
             raise RuntimeError("unknown runtime %r; this runner has: %s"
                                % (job["runtime"], ", ".join(sorted(RUNTIMES))))
-        stop_at_deadline(job.get("deadline_s"))
         stop_at_deadline(job.get("deadline_s"))
         result = run(job, base)
         code = 0
