@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_ROOT = Path("artifacts") / ".cache"
+ROOT_ENV = "EDGESHIP_CACHE_DIR"  # overrides DEFAULT_ROOT
 KEY_FILE = "key.json"
 
 
@@ -73,3 +74,8 @@ class Cache:
             if not (dest / KEY_FILE).is_file():
                 raise
         return dest
+
+
+def default_cache() -> Cache:
+    """The build's cache: ``$EDGESHIP_CACHE_DIR``, else ``artifacts/.cache`` under the working folder."""
+    return Cache(Path(os.environ.get(ROOT_ENV) or DEFAULT_ROOT))

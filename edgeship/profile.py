@@ -12,8 +12,11 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from edgeship.config import StrictModel, data_source, raise_problems, read_toml, validate
+from edgeship.config import StrictModel, data_source, existing_path, raise_problems, read_toml, validate
 from edgeship.errors import ProfileError, did_you_mean, one_of
+from edgeship.quantize.candidates import expand_candidates
+from edgeship.quantize.settings import (CalibrationSettings, Candidates, QuantizationSettings, SelectionSettings,
+                                        quantization_problems)
 
 Precision = Literal["fp32", "fp16", "int8", "w8"]
 CaptureMethod = Literal["export", "trace", "script"]
@@ -81,6 +84,8 @@ class Variant(StrictModel):
     capture: list[CaptureMethod] | None = Field(None, min_length=1, description="Capture fallback order for this variant; unset: the profile's.")
     options: dict[str, Any] = Field(default_factory=dict, description="Backend options, checked against the backend's own schema.")
     gates: Gates | None = Field(None, description="Gates for this variant, overriding the profile's field by field.")
+    quantization: QuantizationSettings | None = Field(None, description="How an int8 variant is quantized; unset: static, the backend's default method.")
+    candidates: Candidates | None = Field(None, description="int8 settings to try; each combination becomes one variant (see [selection]).")
 
     @field_validator("backend")
     @classmethod
@@ -90,6 +95,22 @@ class Variant(StrictModel):
         if value not in BACKENDS:
             raise ValueError(f"unknown backend; {one_of(BACKENDS)}{did_you_mean(value, BACKENDS)}")
         return value
+
+
+class BundleSettings(StrictModel):
+    """App bundles written at the end of a build (``[bundle]``): one zip per platform."""
+
+    platforms: list[Literal["android", "ios", "jetson"]] = Field(
+        min_length=1, description="Platforms to bundle for: android (.pte/.ptl), ios (.mlpackage/.pte), jetson (ONNX, TensorRT).")
+    variants: Literal["passing", "fastest"] | list[str] = Field(
+        "passing", description="passing: every variant that passed its gates; fastest: the passing variant with the "
+                               "lowest p50; or a list of variant names (bundled even when a gate failed, with a warning).")
+    fastest_on: str | None = Field(None, description="Device whose p50 picks the fastest variant; unset: the first device measured.")
+    labels: Path | None = Field(None, description="Class names, one a line, instead of the model spec's labels.")
+    output: str | None = Field(None, description="What the model's output means, written to model.json; unset: "
+                                                 "class scores when the labels match the output's size.")
+
+    _exists = field_validator("labels")(existing_path)
 
 
 class Profile(StrictModel):
@@ -102,8 +123,11 @@ class Profile(StrictModel):
     gates: Gates = Field(default_factory=Gates, description="Gates for every variant.")
     evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings, description="Evaluation samples.")
     data: DataOverride = Field(default_factory=DataOverride, description="Data that overrides the model spec's.")
+    calibration: CalibrationSettings = Field(default_factory=CalibrationSettings, description="Calibration samples for static int8.")
+    selection: SelectionSettings | None = Field(None, description="Pick one variant to ship, e.g. the fastest within an accuracy budget; unset: none.")
     variants: list[Variant] = Field(min_length=1, description="The artifacts to build.")
     devices: list[str] = Field(default_factory=list, description="Devices (names in the --devices file) to measure on when no --device is given; unset: this machine.")
+    bundle: BundleSettings | None = Field(None, description="App bundles to write at the end of a build; unset: none.")
     path: Path | None = Field(None, exclude=True, description="Where the profile was read from (set by the loader).")
 
     @model_validator(mode="after")
@@ -142,8 +166,20 @@ def load_profile(target: str | Path) -> Profile:
     data.setdefault("name", path.stem)
     profile = validate(data, Profile, str(path), ProfileError, context={"base_dir": path.parent})
     profile.path = path
+    expand_candidates(profile, str(path))
     check_backend_options(profile, str(path))
+    check_bundle(profile, str(path))
     return profile
+
+
+def check_bundle(profile: Profile, source: str) -> None:
+    """The ``[bundle]`` section names existing variants that its platforms take (ProfileError)."""
+    from edgeship.bundle.platforms import settings_problems
+
+    if profile.bundle is not None:
+        problems = settings_problems(profile.bundle, profile.variants)
+        if problems:
+            raise_problems(source, problems, ProfileError)
 
 
 def check_backend_options(profile: Profile, source: str) -> None:
@@ -158,6 +194,7 @@ def check_backend_options(profile: Profile, source: str) -> None:
             problems.append(f"{where}.precision = \"{v.precision}\": backend {v.backend} supports "
                             f"{one_of(backend.precisions)}")
         problems.extend(f"{where}.options: {p}" for p in backend.option_problems(v.options))
+        problems.extend(f"{where}: {p}" for p in quantization_problems(v, backend.quantization))
         methods = v.capture or profile.capture.methods
         if not set(methods) & set(backend.capture_methods):
             problems.append(f"{where}: backend {v.backend} captures with {one_of(backend.capture_methods)}, "

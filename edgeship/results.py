@@ -89,6 +89,27 @@ class VariantResult(ResultModel):
     gates: GateResult = Field(default_factory=GateResult)
     error: str | None = Field(None, description="Why the variant has no artifact, when it failed.")
     notes: list[str] = Field(default_factory=list)
+    selected: bool = Field(False, description="True for the one variant the profile's [selection] picked.")
+
+
+class SelectionCandidate(ResultModel):
+    """One variant as the selection judged it."""
+
+    name: str
+    p50_ms: float | None = Field(None, description="p50 on the deciding device; None when not measured there.")
+    eligible: bool = Field(description="Measured there, gates passed and inside the budget.")
+    reason: str | None = Field(None, description="Why it is not eligible.")
+
+
+class Selection(ResultModel):
+    """Which variant the profile's [selection] picked, and why (the budget and every candidate)."""
+
+    policy: str
+    budget: str = Field(description="The accuracy budget as applied, e.g. 'top1_drop <= 1 point'.")
+    device: str | None = Field(None, description="Device whose p50 decided.")
+    selected: str | None = Field(None, description="The picked variant; None when no variant is inside the budget.")
+    candidates: list[SelectionCandidate] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
 
 
 class ModelInfo(ResultModel):
@@ -98,6 +119,7 @@ class ModelInfo(ResultModel):
     inputs: list[dict[str, Any]]
     params: int
     flops: int | None = None
+    outputs: list[dict[str, Any]] = Field(default_factory=list, description="The float model's first output: shape (batch first) and dtype.")
 
 
 class Results(ResultModel):
@@ -109,6 +131,7 @@ class Results(ResultModel):
     model: ModelInfo
     toolchain: dict[str, str]
     variants: list[VariantResult]
+    selection: Selection | None = Field(None, description="The [selection] outcome; None when the profile has none.")
 
     def dump(self) -> str:
         return json.dumps(self.model_dump(mode="json", by_alias=True), indent=2) + "\n"

@@ -1,4 +1,5 @@
-"""Data sets of model inputs: ``.npz`` files, checked against the model spec's inputs.
+"""Data sets of model inputs (``.npz`` files, image folders, ``module:callable``), checked against
+the model spec's inputs.
 
 A data set holds one array per model input, each with N samples along the first axis (the
 input's shape without its batch dimension), and optional int64 labels.
@@ -6,12 +7,14 @@ input's shape without its batch dimension), and optional int64 labels.
 from __future__ import annotations
 
 import hashlib
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from edgeship.config import ENTRY_PATTERN
 from edgeship.errors import DataError
 from edgeship.spec import InputSpec, ModelSpec
 
@@ -56,12 +59,27 @@ class Dataset:
         return out
 
 
-def load_dataset(source: str | Path, spec: ModelSpec, role: str) -> Dataset:
-    """Read ``source`` (.npz) for ``role`` (calibration/evaluation) and check it fits the model."""
+def load_dataset(source: str | Path, spec: ModelSpec, role: str, limit: int | None = None,
+                 seed: int = 0) -> Dataset:
+    """Read ``source`` for ``role`` (calibration/evaluation) and check it fits the model.
+
+    ``source`` is an ``.npz`` file, an image folder, or ``module:callable``. ``limit`` draws at
+    most that many samples (seeded, as ``Dataset.take``), before decoding where it can.
+    """
+    text = str(source)
+    if re.match(ENTRY_PATTERN, text) and not Path(text).exists():
+        from edgeship.calibration.callables import read_callable
+
+        return check_fits(read_callable(text, spec, limit), spec)
     path = Path(source)
+    if path.is_dir():
+        from edgeship.calibration.images import read_image_folder
+
+        return check_fits(read_image_folder(path, spec, limit, seed), spec)
     if path.suffix != ".npz":
-        raise DataError(f"{path}: {role} data must be an .npz file (x, optional y)")
-    return check_fits(read_npz(path, spec), spec)
+        raise DataError(f"{path}: {role} data must be an .npz file (x, optional y), an image folder, "
+                        "or module:callable")
+    return check_fits(read_npz(path, spec), spec).take(limit, seed)
 
 
 def read_npz(path: Path, spec: ModelSpec) -> Dataset:

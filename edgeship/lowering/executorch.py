@@ -9,6 +9,7 @@ from edgeship.config import StrictModel
 from edgeship.fsutil import atomic_write_bytes
 from edgeship.lowering import register
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
+from edgeship.quantize.executorch import SUPPORT as EXECUTORCH_QUANTIZATION, quantize_pt2e
 
 
 @register
@@ -31,14 +32,19 @@ class ExecutorchBackend(Backend):
             return str(e)
         return None
 
+    precisions = ("fp32", "int8")
+    quantization = EXECUTORCH_QUANTIZATION
+
     def lower(self, request: LowerRequest) -> Artifact:
         exir = require("executorch.exir", self.name)
+        program, notes, details = request.captured.program, [], {}
+        if request.variant.precision == "int8":
+            program, quantized = quantize_pt2e(request)
+            notes, details = list(quantized.notes), {"quantization": quantized.details}
         partitioners = self._partitioners(request.options)
-        edge = exir.to_edge_transform_and_lower(request.captured.program, partitioner=partitioners)
-        details = delegation_details(edge.exported_program().graph_module)
-        program = edge.to_executorch()
-        atomic_write_bytes(request.dest, program.buffer)
-        notes = []
+        edge = exir.to_edge_transform_and_lower(program, partitioner=partitioners)
+        details = {**delegation_details(edge.exported_program().graph_module), **details}
+        atomic_write_bytes(request.dest, edge.to_executorch().buffer)
         if details["non_delegated_ops"] and partitioners:
             notes.append("not delegated to XNNPACK (portable kernels): " + ", ".join(details["non_delegated_ops"]))
         return Artifact(request.dest, notes, details)

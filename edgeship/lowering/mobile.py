@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -17,6 +17,7 @@ from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
 from edgeship.lowering import register
 from edgeship.lowering.base import Artifact, Backend, LowerRequest
+from edgeship.quantize.mobile import SUPPORT as MOBILE_QUANTIZATION
 
 
 @register
@@ -31,19 +32,41 @@ class PytorchMobileBackend(Backend):
 
         bytecode_version: int | None = Field(None, ge=3, description="Bytecode version the app's lite runtime reads; the artifact is backported to it.")
         optimize: bool = Field(True, description="Run optimize_for_mobile where this torch build supports it.")
+        engine: Literal["qnnpack", "x86", "fbgemm"] = Field(
+            "qnnpack", description="Quantized engine int8 variants are built for and run with: qnnpack (ARM phones), x86 or fbgemm.")
+
+    precisions = ("fp32", "int8")
+    quantization = MOBILE_QUANTIZATION
+
+    def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
+        return {"quantized_engine": options.engine}  # int8 kernels are packed for it when loaded
 
     def lower(self, request: LowerRequest) -> Artifact:
+        if request.variant.precision == "int8":
+            return self._lower_int8(request)
+        return self._save(request, request.captured.program, [], {})
+
+    def _lower_int8(self, request: LowerRequest) -> Artifact:
+        """Quantize the float module with the engine set, capture it as the variant asks, save it."""
+        from edgeship.quantize.mobile import capture_like, quantize_module, quantized_engine
+
+        with quantized_engine(request.options.engine):
+            module, quantized = quantize_module(request, request.options.engine)
+            program = capture_like(request.captured, module)
+            return self._save(request, program, quantized.notes, {"quantization": quantized.details})
+
+    def _save(self, request: LowerRequest, program: Any, notes: list[str], details: dict[str, Any]) -> Artifact:
         import torch
 
         opts = request.options
-        notes: list[str] = []
-        frozen = torch.jit.freeze(request.captured.program.eval())
+        notes = list(notes)
+        frozen = torch.jit.freeze(program.eval())
         if opts.optimize:
             frozen = self._optimize(frozen, notes)
         with atomic_output(request.dest) as tmp:
             frozen._save_for_lite_interpreter(str(tmp))
             version = self._meet_bytecode_version(tmp, opts.bytecode_version, notes)
-        details = {"bytecode_version": version, "operators": operator_list(request.dest)}
+        details = {"bytecode_version": version, "operators": operator_list(request.dest), **details}
         return Artifact(request.dest, notes, details)
 
     @staticmethod

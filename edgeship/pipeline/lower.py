@@ -42,7 +42,8 @@ def capture_order(profile: Profile, variant: Variant) -> list[str]:
 
 
 def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_dir: Path,
-                  calibration: Callable[[], Any] | None = None, debug: bool = False) -> Lowered:
+                  calibration: Callable[[], Any] | None = None, debug: bool = False,
+                  cache: Any = None) -> Lowered:
     """Capture (with fallback) and lower one variant; failures become ``Lowered.error``."""
     backend = BACKENDS[variant.backend]
     result = Lowered(variant, backend, backend.parse_options(variant.options))
@@ -56,7 +57,7 @@ def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_di
     result.capture_seconds = captured.seconds
     result.notes.extend(captured.notes)
     dest = out_dir / variant.name / f"model{backend.suffix}"
-    request = LowerRequest(captured, variant, result.options, dest, calibration)
+    request = LowerRequest(captured, variant, result.options, dest, calibration, cache)
     start = time.perf_counter()
     try:
         result.artifact = backend.lower(request)

@@ -9,12 +9,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgeship.cache import default_cache
 from edgeship.calibration import Dataset, load_dataset, random_dataset
+from edgeship.calibration.provider import calibration_data, calibration_variants
 from edgeship.devices import Job
 from edgeship.devices.runner import sha256_path
 from edgeship.errors import CaptureError, GateFailure
 from edgeship.fsutil import tree_size
 from edgeship.model import LoadedModel, count_flops, load_model
+from edgeship.pipeline.bundle import report_and_bundle
 from edgeship.pipeline.capture import Capturer
 from edgeship.pipeline.lower import Lowered, lower_variant
 from edgeship.pipeline.plan import BuildRequest, Plan, make_plan
@@ -22,6 +25,8 @@ from edgeship.pipeline.schedule import (Identity, collect, measure_all, plan_tas
                                         reuse_line)
 from edgeship.pipeline.validate import Reference, check_device_gates, inputs_fingerprint, reference_outputs
 from edgeship.progress import Progress
+from edgeship.quantize.selection import select_variant
+from edgeship.quantize.settings import scheme_of
 from edgeship.results import ModelInfo, Results, VariantResult, now_utc, toolchain_versions
 
 WORK = ".work"
@@ -34,27 +39,43 @@ def build(request: BuildRequest) -> Results:
         plan = make_plan(request)
         status["result"] = (f"{plan.profile.name}: {len(plan.profile.variants)} variants of "
                             f"{plan.spec.name}, devices {', '.join(d.name for d in plan.devices)}")
+    calibration = calibration_stage(plan, progress)
     with progress.step(f"load {plan.spec.name}") as status:
         model = load_model(plan.spec, request.trust_weights)
         status["result"] = f"{model.params:,} parameters"
     with progress.step("evaluation data + float reference") as status:
         ref = reference_outputs(model.module, evaluation_data(plan), batch_size(model), plan.out_dir / WORK)
         status["result"] = ref.data.source
-    lowered = lower_all(plan, model, progress)
+    lowered = lower_all(plan, model, progress, calibration)
     rows = [eager_row(plan, model)] + [variant_row(plan, item) for item in lowered]
     validate_all(plan, model, ref, lowered, rows, progress)
-    results = Results(target=plan.profile.name, created=now_utc(), model=model_info(model),
-                      toolchain=toolchain_versions(), variants=rows)
+    selection = select_variant(plan.profile.selection, rows, plan.devices[0].name) if plan.profile.selection else None
+    results = Results(target=plan.profile.name, created=now_utc(), model=model_info(model, ref),
+                      toolchain=toolchain_versions(), variants=rows, selection=selection)
     results.write(plan.out_dir / "results.json")
     progress.info(f"wrote {plan.out_dir / 'results.json'}")
     if plan.store is not None:
         build_id = plan.store.record(results)
         progress.info(f"recorded build {build_id} in {plan.store.url}")
+    report_and_bundle(plan, results, progress)
     failed = [r.name for r in rows if not r.gates.passed]
     if failed:
         raise GateFailure(f"{len(failed)} variant(s) failed validation: {', '.join(failed)}; "
                           f"see {plan.out_dir / 'results.json'}", results)
+    if selection is not None and selection.selected is None:
+        raise GateFailure(f"selection: no variant is inside the budget ({selection.budget}); "
+                          f"see {plan.out_dir / 'results.json'}", results)
     return results
+
+
+def calibration_stage(plan: Plan, progress: Progress) -> Dataset | None:
+    """Calibration samples, read and checked before the model loads; None when no variant calibrates."""
+    if not calibration_variants(plan.profile):
+        return None
+    with progress.step("calibration data") as status:
+        data = calibration_data(plan)
+        status["result"] = data.source
+    return data
 
 
 def evaluation_data(plan: Plan) -> Dataset:
@@ -70,13 +91,15 @@ def batch_size(model: LoadedModel) -> int:
     return int(model.spec.inputs[0].shape[0])
 
 
-def lower_all(plan: Plan, model: LoadedModel, progress: Progress) -> list[Lowered]:
+def lower_all(plan: Plan, model: LoadedModel, progress: Progress, calibration: Dataset | None = None) -> list[Lowered]:
     """Capture and lower every variant; when no method captures the model at all, CaptureError."""
     capturer = Capturer(model)
     out = []
+    provide = (lambda: calibration) if calibration is not None else None
     for variant in plan.profile.variants:
         with progress.step(f"lower {variant.name} ({variant.backend} {variant.precision})") as status:
-            item = lower_variant(plan.profile, variant, capturer, plan.out_dir, debug=plan.request.debug)
+            item = lower_variant(plan.profile, variant, capturer, plan.out_dir, calibration=provide,
+                                 debug=plan.request.debug, cache=default_cache())
             if item.error:
                 status.update(warn="1", result=item.error)
             else:
@@ -97,7 +120,8 @@ def eager_row(plan: Plan, model: LoadedModel) -> VariantResult:
 def variant_row(plan: Plan, item: Lowered) -> VariantResult:
     """The results row for a lowered variant, before measurement."""
     row = VariantResult(name=item.variant.name, backend=item.variant.backend,
-                        precision=item.variant.precision, error=item.error)
+                        precision=item.variant.precision, error=item.error,
+                        quantization=scheme_of(item.variant.precision, item.variant.quantization))
     row.lowering.seconds = item.seconds
     row.lowering.capture = item.capture
     row.lowering.capture_seconds = item.capture_seconds
@@ -122,7 +146,7 @@ def validate_all(plan: Plan, model: LoadedModel, ref: Reference, lowered: list[L
     jobs: list[tuple[VariantResult, Job, str | None]] = [(rows[0], eager_job(plan, model, ref), None)]
     for item, row in zip(lowered, rows[1:]):
         if item.artifact is not None:
-            jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available()))
+            jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available(item.options)))
     current = Identity((model.spec.entry, model.weights_sha256, model.params), inputs_fingerprint(ref))
     previous = previous_results(plan.out_dir / "results.json", plan.request.resume, progress)
     tasks, reasons = plan_tasks(jobs, plan.devices, plan.out_dir / WORK, previous, current)
@@ -155,7 +179,7 @@ def eager_job(plan: Plan, model: LoadedModel, ref: Reference) -> Job:
 def artifact_job(plan: Plan, model: LoadedModel, ref: Reference, item: Lowered) -> Job:
     path = item.artifact.path
     return _job(plan, model, ref, item.backend.runtime, path, sha256_path(path),
-                item.backend.job_options(item.options))
+                item.backend.job_options(item.options, item.variant.precision))
 
 
 def _job(plan: Plan, model: LoadedModel, ref: Reference, runtime: str, artifact: Path | None,
@@ -167,11 +191,12 @@ def _job(plan: Plan, model: LoadedModel, ref: Reference, runtime: str, artifact:
                timeout_s=lat.timeout_s, options=options)
 
 
-def model_info(model: LoadedModel) -> ModelInfo:
+def model_info(model: LoadedModel, ref: Reference) -> ModelInfo:
     spec = model.spec
+    output = {"shape": [batch_size(model), *ref.outputs.shape[1:]], "dtype": str(ref.outputs.dtype)}
     return ModelInfo(name=spec.name, entry=spec.entry, weights_sha256=model.weights_sha256,
                      inputs=[i.model_dump() for i in spec.inputs], params=model.params,
-                     flops=count_flops(model.module, model.example_inputs))
+                     flops=count_flops(model.module, model.example_inputs), outputs=[output])
 
 
 def _size(path: Path) -> str:

@@ -36,6 +36,7 @@ class QuantizationSettings(StrictModel):
     per_channel: bool = Field(True, description="Per-channel weight scales (else one scale per tensor).")
     percentile: float = Field(99.999, gt=50, le=100, description="Percentile kept by the percentile method.")
     samples: int | None = Field(None, ge=1, description="Calibration samples for this variant; unset: the profile's [calibration] samples.")
+    seed: int | None = Field(None, description="Seed for drawing the calibration samples; unset: the profile's [calibration] seed.")
     keep_float: int = Field(0, ge=0, description="Keep this many of the most sensitive layers in float (static only).")
     sensitivity: bool = Field(True, description="Measure per-layer sensitivity (SQNR of each layer's quantized output) for static int8.")
 
@@ -61,7 +62,6 @@ class SelectionSettings(StrictModel):
     select: Literal["fastest-within-budget"] = Field(description="fastest-within-budget: the lowest p50 among variants inside the budget.")
     max_top1_drop: float = Field(ge=0, description="Largest top-1 drop against float, in points. Without labels: agreement >= 1 - max_top1_drop/100 instead.")
     min_sqnr_db: float | None = Field(None, description="Also require this SQNR (dB) of outputs against float.")
-    device: str | None = Field(None, description="Device whose p50 decides; unset: the first device measured.")
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,18 @@ class QuantizationSupport:
 
 
 def scheme_of(precision: str, settings: QuantizationSettings | None) -> str:
-    """results.json's ``quantization``: none | dynamic | static."""
+    """results.json's ``quantization``: none | dynamic | static. w8 (weights quantized ahead of
+    time, activations float) counts as static; its precision says the activations stay float."""
+    if precision == "w8":
+        return "static"
     if precision != "int8":
         return "none"
     return (settings or QuantizationSettings()).scheme
 
 
 def needs_calibration(precision: str, settings: QuantizationSettings | None) -> bool:
-    return scheme_of(precision, settings) == "static"
+    """Static int8 calibrates activation ranges; dynamic int8 and w8 need no data."""
+    return precision == "int8" and scheme_of(precision, settings) == "static"
 
 
 def quantization_problems(variant: Any, support: QuantizationSupport | None) -> list[str]:
@@ -93,7 +97,13 @@ def quantization_problems(variant: Any, support: QuantizationSupport | None) -> 
             return [f"quantization settings apply to precision int8, but precision is {variant.precision}"]
         return []
     if support is None:
-        return [f"backend {backend} has no int8 quantizer"]
+        if q is not None or variant.candidates is not None:
+            from edgeship.lowering import BACKENDS
+
+            takers = [name for name, b in BACKENDS.items() if b.quantization is not None]
+            return [f"backend {backend} quantizes int8 with its own options; quantization and candidates "
+                    f"apply to {', '.join(sorted(takers))}"]
+        return []
     q = q or QuantizationSettings()
     problems = []
     if q.scheme not in support.schemes:

@@ -1,0 +1,43 @@
+"""The calibration data a build needs, loaded once before anything slow and handed to lowering.
+
+Loaded only when a variant needs it (static int8). Data from the profile's ``[data]`` or the
+model spec's; without either, seeded random inputs stand in, and every int8 variant's notes say
+so (representative data gives better int8 accuracy). Fewer samples than one batch is an error.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from edgeship.calibration.datasets import Dataset, load_dataset, random_dataset
+from edgeship.errors import DataError
+from edgeship.quantize.settings import needs_calibration
+
+RANDOM_NOTE = "seeded random inputs: no calibration data in the model spec or the profile"
+
+
+def calibration_variants(profile: Any) -> list[Any]:
+    """The variants that are calibrated (static int8)."""
+    return [v for v in profile.variants if needs_calibration(v.precision, v.quantization)]
+
+
+def calibration_data(plan: Any) -> Dataset | None:
+    """The calibration samples for ``plan`` (the most any variant asks for), or None when unused."""
+    variants = calibration_variants(plan.profile)
+    if not variants:
+        return None
+    settings, spec = plan.profile.calibration, plan.spec
+    wanted = {v.name: (v.quantization.samples if v.quantization and v.quantization.samples else settings.samples)
+              for v in variants}
+    limit = max(wanted.values())
+    if plan.calibration_source:
+        data = load_dataset(plan.calibration_source, spec, "calibration", limit, settings.seed)
+    else:
+        data = random_dataset(spec, limit, settings.seed)
+        data.source = f"{limit} {RANDOM_NOTE}"
+    batch = int(spec.inputs[0].shape[0])
+    short = {name: min(n, len(data)) for name, n in wanted.items() if min(n, len(data)) < batch}
+    if short:
+        name, n = next(iter(short.items()))
+        raise DataError(f"{data.source}: variant {name} calibrates on {n} sample(s), fewer than one batch "
+                        f"of {batch} (the model's input batch size); give more calibration samples")
+    return data

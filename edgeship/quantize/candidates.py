@@ -1,0 +1,66 @@
+"""Candidate expansion: a variant's ``candidates`` table becomes one variant per combination.
+
+    [[variants]]
+    name = "onnx-int8"
+    backend = "onnx"
+    precision = "int8"
+    candidates = { per_channel = [true, false], method = ["minmax", "entropy"] }
+
+gives ``onnx-int8-per-channel-minmax``, ``onnx-int8-per-channel-entropy``,
+``onnx-int8-per-tensor-minmax`` and ``onnx-int8-per-tensor-entropy``: each is lowered and measured
+like any variant, and ``[selection]`` picks among all of them. Expansion also writes the
+profile's calibration sample count and seed into every int8 variant its backend quantizes, so a
+variant carries everything its quantizer needs.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from edgeship.config import raise_problems
+from edgeship.errors import ProfileError
+from edgeship.quantize.settings import QuantizationSettings
+
+
+def expand_candidates(profile: Any, source: str) -> None:
+    """Replace each variant that has candidates by its combinations; fill calibration defaults."""
+    from edgeship.lowering import BACKENDS
+
+    expanded = []
+    for variant in profile.variants:
+        for v in _combinations(variant):
+            if v.precision == "int8" and BACKENDS[v.backend].quantization is not None:
+                q = v.quantization or QuantizationSettings()
+                v.quantization = q.model_copy(update={"samples": q.samples or profile.calibration.samples,
+                                                      "seed": profile.calibration.seed if q.seed is None else q.seed})
+            expanded.append(v)
+    names = [v.name for v in expanded]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        raise_problems(source, [f"variant name {n!r} is used twice after expanding candidates; rename the "
+                                "variant or its candidate" for n in clashes], ProfileError)
+    profile.variants = expanded
+
+
+def _combinations(variant: Any) -> list[Any]:
+    """The variant itself, or one copy per combination of its candidate values."""
+    if variant.candidates is None or variant.precision != "int8":
+        return [variant]  # candidates on a non-int8 variant are reported by the backend check
+    fields = {k: v for k, v in variant.candidates.model_dump().items() if v is not None}
+    base = variant.quantization or QuantizationSettings()
+    out = []
+    for values in itertools.product(*fields.values()):
+        chosen = dict(zip(fields, values))
+        suffix = "-".join(_label(k, v) for k, v in chosen.items())
+        out.append(variant.model_copy(update={
+            "name": f"{variant.name}-{suffix}" if suffix else variant.name,
+            "quantization": base.model_copy(update=chosen), "candidates": None}))
+    return out
+
+
+def _label(field: str, value: Any) -> str:
+    if field == "per_channel":
+        return "per-channel" if value else "per-tensor"
+    if field == "keep_float":
+        return f"float{value}"
+    return str(value)

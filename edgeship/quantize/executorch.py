@@ -1,0 +1,137 @@
+"""ExecuTorch's own int8 path: PT2E quantization with the XNNPACK quantizer, lowered to XNNPACK.
+
+Static: per-channel (or per-tensor) symmetric int8 weights and int8 activations whose ranges come
+from calibration (HistogramObserver by default, as XNNPACK's symmetric config uses; or min-max).
+Dynamic: int8 weights, activations quantized at run time by XNNPACK from each input's range.
+Layers kept in float are filtered out of the quantizer by module name, so XNNPACK runs them in
+fp32 inside the same program.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from edgeship.quantize.common import (
+    SENSITIVITY_SAMPLES, LayerSensitivity, Quantized, sensitivity_summary, sqnr_of, worst_first)
+from edgeship.quantize.observers import calibrate_observers, tensors_sha256
+from edgeship.quantize.settings import QuantizationSettings, QuantizationSupport
+
+SUPPORT = QuantizationSupport(schemes=("static", "dynamic"), methods=("histogram", "minmax"),
+                              default_method="histogram", engines="PT2E with the XNNPACK quantizer")
+LAYER_OPS = ("conv", "linear")  # aten operators reported per layer (conv1d/2d/3d, convolution, linear)
+
+
+def quantize_pt2e(request: Any) -> tuple[Any, Quantized]:
+    """The variant's capture quantized for XNNPACK: an ExportedProgram ready to lower, and the facts."""
+    settings = request.variant.quantization or QuantizationSettings()
+    if settings.scheme == "dynamic":
+        return _dynamic(request.captured, settings)
+    return _static(request, settings)
+
+
+def _dynamic(captured: Any, settings: QuantizationSettings) -> tuple[Any, Quantized]:
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    prepared = prepare_pt2e(captured.program.module(), xnnpack_quantizer(settings.per_channel, None, [], dynamic=True))
+    prepared(*captured.example_inputs)  # weight observers see the weights; activations stay dynamic
+    program = _export(convert_pt2e(prepared), captured.example_inputs)
+    return program, Quantized.describe("dynamic", "XNNPACK dynamic int8 (PT2E)", per_channel=settings.per_channel)
+
+
+def _static(request: Any, settings: QuantizationSettings) -> tuple[Any, Quantized]:
+    captured = request.captured
+    method = settings.method or SUPPORT.default_method
+    data = request.calibration().take(settings.samples, settings.seed or 0)
+    batch = int(captured.example_inputs[0].shape[0])
+    key = {"kind": "pt2e-xnnpack", "weights_sha256": tensors_sha256(captured.model.module), "method": method,
+           "per_channel": settings.per_channel}
+    prepared, converted, facts = _calibrate_and_convert(captured, settings, method, [], data, batch, request.cache, key)
+    report, excluded = None, []
+    if settings.sensitivity or settings.keep_float:
+        sample = data.take(SENSITIVITY_SAMPLES, seed=0)
+        layers = layer_sensitivity(prepared, converted, sample, batch)
+        report = sensitivity_summary(layers, request.dest.parent, len(sample))
+        excluded = [s.layer for s in worst_first(layers)[:settings.keep_float]]
+    if excluded:
+        _, converted, facts = _calibrate_and_convert(captured, settings, method, excluded, data, batch,
+                                                     request.cache, {**key, "kept_float": excluded})
+    return _export(converted, captured.example_inputs), Quantized.describe(
+        "static", "XNNPACK int8 (PT2E, XNNPACKQuantizer)", method=method, samples=len(data),
+        per_channel=settings.per_channel, kept_float=excluded, calibration=facts, sensitivity=report)
+
+
+def _calibrate_and_convert(captured: Any, settings: QuantizationSettings, method: str, excluded: list[str],
+                           data: Any, batch: int, cache: Any, key: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    """prepare_pt2e, calibrate (or restore from the cache), convert_pt2e; the float reference too."""
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    prepared = prepare_pt2e(captured.program.module(), xnnpack_quantizer(settings.per_channel, method, excluded))
+    facts = calibrate_observers(prepared, data, batch, cache, key)
+    reference = copy.deepcopy(prepared)  # float numerics with batch norm folded, as convert sees it
+    return reference, convert_pt2e(prepared), facts
+
+
+def xnnpack_quantizer(per_channel: bool, method: str | None, excluded: list[str], dynamic: bool = False) -> Any:
+    """XNNPACKQuantizer with its symmetric config; min-max activations on request; layers filtered out."""
+    import dataclasses
+
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer, get_symmetric_quantization_config)
+    from torchao.quantization.pt2e import MinMaxObserver
+    from torchao.quantization.pt2e.quantizer.utils import get_module_name_filter
+
+    config = get_symmetric_quantization_config(is_per_channel=per_channel, is_dynamic=dynamic)
+    if method == "minmax":
+        spec = dataclasses.replace(config.input_activation,
+                                   observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12))
+        config = dataclasses.replace(config, input_activation=spec, output_activation=spec)
+    quantizer = XNNPACKQuantizer().set_global(config)
+    if excluded:
+        filters = [get_module_name_filter(name) for name in excluded]
+        quantizer.set_filter_function(lambda node: not any(f(node) for f in filters))
+    return quantizer
+
+
+def layer_sensitivity(reference: Any, converted: Any, data: Any, batch: int) -> list[LayerSensitivity]:
+    """Each conv / linear output (after its quantize-dequantize, as the next layer sees it) in the
+    converted model against the same node in the float (prepared) model; named by owning module."""
+    layers = {n.name: n for n in reference.graph.nodes if n.op == "call_function"
+              and any(k in str(n.target) for k in LAYER_OPS) and n.meta.get("nn_module_stack")}
+    seen = {_after_qdq(n).name: n.name for n in converted.graph.nodes if n.name in layers}
+    ref = node_outputs(reference, {name: name for name in layers}, data, batch)
+    out = node_outputs(converted, seen, data, batch)
+    return [LayerSensitivity(list(node.meta["nn_module_stack"].values())[-1][0], str(node.target).split(".")[1],
+                             sqnr_of(ref[name], out[name])) for name, node in layers.items() if name in out]
+
+
+def _after_qdq(node: Any) -> Any:
+    """The dequantize that follows ``node``'s quantize, when its output is quantized; else ``node``."""
+    users = list(node.users)
+    if len(users) == 1 and "quantize_per" in str(users[0].target) and len(users[0].users) == 1:
+        return next(iter(users[0].users))
+    return node
+
+
+def node_outputs(module: Any, watch: dict[str, str], data: Any, batch: int) -> dict[str, list[Any]]:
+    """The outputs of the nodes named in ``watch`` (recorded under its values) over every sample."""
+    import torch
+
+    recorded: dict[str, list[Any]] = {label: [] for label in watch.values()}
+
+    class Recorder(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            result = super().run_node(n)
+            if n.name in watch:
+                recorded[watch[n.name]].append(result.detach().numpy().copy())
+            return result
+
+    with torch.no_grad():
+        for part in data.batches(batch):
+            Recorder(module).run(*[torch.from_numpy(a) for a in part.values()])
+    return recorded
+
+
+def _export(module: Any, example_inputs: tuple[Any, ...]) -> Any:
+    import torch
+
+    return torch.export.export(module, example_inputs)

@@ -1,0 +1,144 @@
+"""PyTorch Mobile's own int8 path: FX graph mode static quantization and eager dynamic quantization.
+
+The quantized engine (qnnpack for ARM phones, x86 or fbgemm for x86) is set before preparing, so
+observers use that engine's ranges (x86 and fbgemm reduce activations to 7 bits to avoid overflow
+in their kernels; qnnpack uses all 8) and weights are packed for its kernels. The quantized module
+is then captured (trace or script) and saved for the lite interpreter like a float one; the
+runtime must use the same engine, so the engine travels with the measurement job.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+from edgeship.quantize.common import (
+    SENSITIVITY_SAMPLES, LayerSensitivity, Quantized, sensitivity_summary, sqnr_of, worst_first)
+from edgeship.quantize.observers import calibrate_observers, run_samples, tensors_sha256
+from edgeship.quantize.settings import QuantizationSettings, QuantizationSupport
+
+SUPPORT = QuantizationSupport(schemes=("static", "dynamic"), methods=("histogram", "minmax"),
+                              default_method="histogram", engines="PyTorch quantization (FX graph mode, dynamic)")
+ENGINES = ("qnnpack", "x86", "fbgemm")
+REDUCE_RANGE = {"qnnpack": False, "x86": True, "fbgemm": True}
+LAYER_TYPES = ("Conv", "Linear")  # quantized module types reported per layer (fused ones included)
+
+
+@contextlib.contextmanager
+def quantized_engine(engine: str) -> Iterator[None]:
+    """Use ``engine``'s quantized kernels inside the block; the previous engine afterwards."""
+    import torch
+
+    previous = torch.backends.quantized.engine
+    torch.backends.quantized.engine = engine
+    try:
+        yield
+    finally:
+        torch.backends.quantized.engine = previous
+
+
+def quantize_module(request: Any, engine: str) -> tuple[Any, Quantized]:
+    """The float module quantized for ``engine`` (call inside ``quantized_engine(engine)``)."""
+    settings = request.variant.quantization or QuantizationSettings()
+    if settings.scheme == "dynamic":
+        return _dynamic(request.captured.model.module, settings, engine)
+    return _static(request, settings, engine)
+
+
+def _dynamic(module: Any, settings: QuantizationSettings, engine: str) -> tuple[Any, Quantized]:
+    import torch
+    from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
+
+    qconfig = per_channel_dynamic_qconfig if settings.per_channel else default_dynamic_qconfig
+    layers = {torch.nn.Linear: qconfig, torch.nn.LSTM: default_dynamic_qconfig, torch.nn.GRU: default_dynamic_qconfig}
+    quantized = quantize_dynamic(copy.deepcopy(module).eval(), layers, dtype=torch.qint8)
+    return quantized, Quantized.describe("dynamic", f"PyTorch dynamic quantization (Linear, LSTM, GRU; {engine})",
+                                         quantized_engine=engine, per_channel=settings.per_channel)
+
+
+def _static(request: Any, settings: QuantizationSettings, engine: str) -> tuple[Any, Quantized]:
+    module, example = request.captured.model.module, request.captured.example_inputs
+    method = settings.method or SUPPORT.default_method
+    data = request.calibration().take(settings.samples, settings.seed or 0)
+    batch = int(example[0].shape[0])
+    key = {"kind": "fx-static", "engine": engine, "weights_sha256": tensors_sha256(module), "method": method,
+           "per_channel": settings.per_channel}
+    quantized, facts = _calibrate_and_convert(module, example, qconfig_mapping(engine, method, settings.per_channel, []),
+                                              data, batch, request.cache, key)
+    report, excluded = None, []
+    if settings.sensitivity or settings.keep_float:
+        sample = data.take(SENSITIVITY_SAMPLES, seed=0)
+        layers = layer_sensitivity(module, quantized, sample, batch)
+        report = sensitivity_summary(layers, request.dest.parent, len(sample))
+        excluded = [s.layer for s in worst_first(layers)[:settings.keep_float]]
+    if excluded:
+        mapping = qconfig_mapping(engine, method, settings.per_channel, excluded)
+        quantized, facts = _calibrate_and_convert(module, example, mapping, data, batch, request.cache,
+                                                  {**key, "kept_float": excluded})
+    return quantized, Quantized.describe(
+        "static", f"PyTorch FX graph mode, {engine} engine", quantized_engine=engine, method=method,
+        samples=len(data), per_channel=settings.per_channel, kept_float=excluded, calibration=facts,
+        sensitivity=report)
+
+
+def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, data: Any, batch: int,
+                           cache: Any, key: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    prepared = prepare_fx(copy.deepcopy(module).eval(), mapping, example)
+    facts = calibrate_observers(prepared, data, batch, cache, key)
+    return convert_fx(prepared), facts
+
+
+def qconfig_mapping(engine: str, method: str, per_channel: bool, excluded: list[str]) -> Any:
+    """The engine's default mapping (fixed-range ops kept) with the chosen observers; ``excluded`` float."""
+    import torch
+    from torch.ao.quantization import QConfig, get_default_qconfig_mapping
+    from torch.ao.quantization.observer import (
+        HistogramObserver, MinMaxObserver, PerChannelMinMaxObserver)
+
+    activation = (HistogramObserver if method == "histogram" else MinMaxObserver).with_args(
+        reduce_range=REDUCE_RANGE[engine])
+    weight = (PerChannelMinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_channel_symmetric)
+              if per_channel else MinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_tensor_symmetric))
+    mapping = get_default_qconfig_mapping(engine).set_global(QConfig(activation=activation, weight=weight))
+    for name in excluded:
+        mapping.set_module_name(name, None)
+    return mapping
+
+
+def layer_sensitivity(module: Any, quantized: Any, data: Any, batch: int) -> list[LayerSensitivity]:
+    """Each quantized module's output against the matching float subgraph's (PyTorch's FX numeric
+    suite matches fused layers such as conv-bn-relu); named by module path."""
+    import torch.ao.ns._numeric_suite_fx as ns
+
+    fp32, int8 = ns.add_loggers("fp32", copy.deepcopy(module), "int8", copy.deepcopy(quantized), ns.OutputLogger)
+    run_samples(fp32, data, batch)
+    run_samples(int8, data, batch)
+    results = ns.extract_logger_info(fp32, int8, ns.OutputLogger, "int8")
+    modules = {n.name: n.target for n in quantized.graph.nodes if n.op == "call_module"}
+    layers = []
+    for name, result in results.items():
+        outputs = result["node_output"]
+        kind = outputs.get("int8", [{}])[0].get("ref_node_target_type", "").rsplit(".", 1)[-1]
+        if name in modules and "fp32" in outputs and any(k in kind for k in LAYER_TYPES):
+            ref, out = outputs["fp32"][0], outputs["int8"][0]
+            sqnr = sqnr_of([_numpy(v) for v in ref["values"]], [_numpy(v) for v in out["values"]])
+            layers.append(LayerSensitivity(modules[name], kind, sqnr))
+    return layers
+
+
+def _numpy(tensor: Any) -> Any:
+    return (tensor.dequantize() if tensor.is_quantized else tensor).detach().numpy()
+
+
+def capture_like(captured: Any, module: Any) -> Any:
+    """Capture the quantized ``module`` as the float one was (script or trace). An FX-converted
+    module is always traced: FX already removed Python control flow, and scripting its generated
+    code trips over postponed type annotations."""
+    import torch
+
+    if captured.method == "script" and not isinstance(module, torch.fx.GraphModule):
+        return torch.jit.script(module)
+    return torch.jit.trace(module, captured.example_inputs, check_trace=False)

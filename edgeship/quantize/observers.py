@@ -1,0 +1,67 @@
+"""Calibration for PyTorch's quantizers (FX graph mode and PT2E): run samples through the
+observers a prepared model carries, and cache what they saw.
+
+Both flows insert observer modules named ``activation_post_process_N``; after calibration their
+state (min/max, histograms) is all that convert needs. That state is what the cache keeps, keyed
+by the prepared graph's code (which also fixes where observers sit and which layers stay float),
+the weights, the samples and the quantization settings. On a hit the same prepared model is
+built again and the observers' state loaded: no sample is run.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from edgeship.cache import Cache
+from edgeship.calibration import Dataset
+from edgeship.quantize.common import calibrated
+
+OBSERVERS_FILE = "observers.pt"
+
+
+def observers(prepared: Any) -> dict[str, Any]:
+    """The observer modules of a prepared model, by name."""
+    return {name: m for name, m in prepared.named_modules()
+            if name.rsplit(".", 1)[-1].startswith("activation_post_process") and hasattr(m, "calculate_qparams")}
+
+
+def run_samples(module: Any, data: Dataset, batch: int) -> None:
+    """Every sample through ``module`` (observers record as they go)."""
+    import torch
+
+    with torch.no_grad():
+        for part in data.batches(batch):
+            module(*[torch.from_numpy(a) for a in part.values()])
+
+
+def tensors_sha256(module: Any) -> str:
+    """sha256 of a module's parameters and buffers (names, shapes, bytes): its weights' identity."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{list(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def calibrate_observers(prepared: Any, data: Dataset, batch: int, cache: Cache | None,
+                        key_parts: dict[str, Any]) -> dict[str, Any]:
+    """Calibrate ``prepared`` in place (or restore its observers from the cache); the cache facts."""
+    import torch
+
+    key = {**key_parts, "graph_sha256": hashlib.sha256(prepared.code.encode()).hexdigest(),
+           "data_sha256": data.fingerprint(), "batch": batch, "torch": torch.__version__}
+
+    def compute(folder: Path) -> None:
+        run_samples(prepared, data, batch)
+        torch.save({n: m.state_dict() for n, m in observers(prepared).items()}, folder / OBSERVERS_FILE)
+
+    with calibrated(cache, "torch-observers", key, compute) as (entry, facts):
+        if entry.hit:
+            states = torch.load(entry.path / OBSERVERS_FILE, weights_only=True)
+            for name, module in observers(prepared).items():
+                module.load_state_dict(states[name])
+    return facts

@@ -1,0 +1,57 @@
+"""PyTorch Mobile's int8 path: FX static (qnnpack, x86), dynamic, fallback, cached calibration."""
+from __future__ import annotations
+
+import json
+
+from edgeship.cache import Cache
+from edgeship.quantize import observers
+from tests.quantize.conftest import sqnr_vs_eager
+
+
+def test_mobile_static_qnnpack_runs_in_the_lite_interpreter(lower_int8, tiny_model, calib_data) -> None:
+    artifact, predict = lower_int8("pytorch-mobile", "trace", engine="qnnpack")
+    q = artifact.details["quantization"]
+    assert q["scheme"] == "static" and q["quantized_engine"] == "qnnpack" and q["method"] == "histogram"
+    assert "quantized::conv2d" in " ".join(artifact.details["operators"]) or \
+        any(op.startswith("quantized::conv") for op in artifact.details["operators"])
+    assert "qnnpack engine; histogram calibration on 16 samples" in artifact.notes[0]
+    assert sqnr_vs_eager(tiny_model, predict, calib_data) > 20
+
+
+def test_mobile_static_x86_minmax_per_tensor_from_script(lower_int8, tiny_model, calib_data) -> None:
+    artifact, predict = lower_int8("pytorch-mobile", "script", {"method": "minmax", "per_channel": False,
+                                                               "sensitivity": False}, engine="x86")
+    q = artifact.details["quantization"]
+    assert (q["quantized_engine"], q["method"], q["per_channel"]) == ("x86", "minmax", False)
+    assert sqnr_vs_eager(tiny_model, predict, calib_data) > 20
+
+
+def test_mobile_dynamic_quantizes_only_linear(lower_int8, tiny_model, calib_data) -> None:
+    artifact, predict = lower_int8("pytorch-mobile", "trace", {"scheme": "dynamic"})
+    ops = artifact.details["operators"]
+    assert "quantized::linear_dynamic" in ops and "aten::_convolution" in ops or "aten::conv2d" in ops
+    assert artifact.details["quantization"]["scheme"] == "dynamic"
+    assert sqnr_vs_eager(tiny_model, predict, calib_data) > 30
+
+
+def test_mobile_keep_float_keeps_the_worst_layer_float(lower_int8, tmp_path) -> None:
+    artifact, _ = lower_int8("pytorch-mobile", "trace", {"method": "minmax", "keep_float": 1})
+    q = artifact.details["quantization"]
+    report = json.loads((artifact.path.parent / "sensitivity.json").read_text())
+    assert q["kept_float"] == [report["layers"][0]["layer"]] == [q["sensitivity"]["worst"][0]["layer"]]
+    assert {row["layer"] for row in report["layers"]} >= {"stem.0", "dw", "pw", "head"}
+    sqnrs = [row["sqnr_db"] for row in report["layers"]]
+    assert sqnrs == sorted(sqnrs)
+
+
+def test_mobile_second_build_restores_calibration_from_the_cache(lower_int8, calib_data, tmp_path, monkeypatch) -> None:
+    runs = []
+    real = observers.run_samples
+    monkeypatch.setattr(observers, "run_samples", lambda *a: runs.append(1) or real(*a))
+    cache = Cache(tmp_path / "cache")
+    first, run_first = lower_int8("pytorch-mobile", "trace", {"method": "minmax", "sensitivity": False}, cache, name="a")
+    second, run_second = lower_int8("pytorch-mobile", "trace", {"method": "minmax", "sensitivity": False}, cache, name="b")
+    assert len(runs) == 1
+    assert [a.details["quantization"]["calibration"]["cache"] for a in (first, second)] == ["miss", "hit"]
+    x = [calib_data.inputs["image"][:1]]
+    assert (run_first(x)[0] == run_second(x)[0]).all()
