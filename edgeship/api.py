@@ -9,8 +9,10 @@ from edgeship.pipeline.run import build as _run_build
 from edgeship.results import Results
 
 if TYPE_CHECKING:
+    from edgeship.bundle import Bundle, BundleCheck
     from edgeship.devices.base import DeviceReport
     from edgeship.devices.config import DeviceSet
+    from edgeship.reports import ReportOutcome
 
 
 def build(target: str, model: str | None = None, *, input_shape: str | None = None,
@@ -40,3 +42,51 @@ def devices(devices_file: str | Path | None = None) -> "DeviceSet":
 def check_device(name: str, devices_file: str | Path | None = None) -> "DeviceReport":
     """Reach device ``name``: OS, architecture, Python, which runtimes import, free disk."""
     return devices(devices_file).device(name).check()
+
+
+def report(results: list[str | Path] | None = None, *, db: str | None = None, out: str | Path | None = None,
+           model: str | None = None, target: str | None = None, threshold_pct: float = 10.0,
+           top1_tolerance: float = 0.0, fail_on_regression: bool = False) -> ReportOutcome:
+    """Write report.md, report.html and results.csv for results files and/or the results store.
+
+    Compares the same artifact across devices and each (variant, device) across builds. With
+    ``fail_on_regression``, raises GateFailure (exit 3) after writing when the last build is
+    slower than the one before by more than ``threshold_pct`` or its top-1 is lower by more than
+    ``top1_tolerance`` points. Bad files or options raise ReportError (exit 2).
+    """
+    from edgeship.errors import GateFailure
+    from edgeship.reports import make_report
+
+    outcome = make_report([Path(p) for p in results or []], Path(out) if out else None, db, model, target,
+                          threshold_pct, top1_tolerance)
+    if fail_on_regression and outcome.regressions:
+        raise GateFailure(f"{len(outcome.regressions)} regression(s): " + "; ".join(outcome.regressions))
+    return outcome
+
+
+def bundle(target: str, model: str | None = None, *, input_shape: str | None = None,
+           out: str | Path | None = None, platforms: list[str] | None = None,
+           variants: str | None = None) -> list[Bundle]:
+    """Bundle a finished build (found as ``build`` writes it) for the profile's or given platforms.
+
+    ``variants``: "passing", "fastest" or comma-separated names. Raises BundleError (exit 2) when
+    the build, the settings or the selection cannot be used.
+    """
+    from edgeship.bundle import make_bundles
+    from edgeship.bundle.request import bundle_inputs
+
+    return make_bundles(bundle_inputs(target, model, input_shape, out, platforms, variants))
+
+
+def verify_bundle(path: str | Path) -> BundleCheck:
+    """Check a bundle zip against its manifest (BundleError, exit 2, naming the file that differs)."""
+    from edgeship.bundle import verify_bundle as _verify
+
+    return _verify(Path(path))
+
+
+def extract_bundle(path: str | Path, dest: str | Path) -> BundleCheck:
+    """Check a bundle, then extract it; entries whose paths leave ``dest`` are refused (BundleError)."""
+    from edgeship.bundle import extract_bundle as _extract
+
+    return _extract(Path(path), Path(dest))

@@ -34,7 +34,37 @@ def parser() -> argparse.ArgumentParser:
     dsub.add_parser("list", help="every device: transport, address, what it runs")
     c = dsub.add_parser("check", help="reach a device: OS, architecture, Python, runtimes, free disk")
     c.add_argument("name", help="device name")
+    add_report_parser(sub)
+    add_bundle_parser(sub)
     return p
+
+
+def add_report_parser(sub: argparse._SubParsersAction) -> None:
+    r = sub.add_parser("report", help="report.md, report.html and results.csv from results files and/or the results store")
+    r.add_argument("results", nargs="*", metavar="RESULTS.json", help="results.json files (one build each)")
+    r.add_argument("--db", help="results store URL (SQLAlchemy, e.g. sqlite:///artifacts/results.db) to compare against")
+    r.add_argument("--out", help="output folder (default: the results file's folder, or artifacts/report)")
+    r.add_argument("--model", help="only this model's rows from the store")
+    r.add_argument("--target", help="only this target's rows from the store")
+    r.add_argument("--threshold", type=float, default=10.0, help="p50 slower than the previous build by more than this %% is a regression (default 10)")
+    r.add_argument("--top1-tolerance", type=float, default=0.0, help="top-1 lower by more than this many points is a regression (default 0)")
+    r.add_argument("--fail-on-regression", action="store_true", help="exit 3 when a regression is found (reports are still written)")
+
+
+def add_bundle_parser(sub: argparse._SubParsersAction) -> None:
+    u = sub.add_parser("bundle", help="app bundles of a finished build, or check one: edgeship bundle verify FILE.zip",
+                       usage="edgeship bundle --target T [--model SPEC] [--platform P ...] [--variants SEL]\n"
+                             "       edgeship bundle verify FILE.zip [--extract DIR]")
+    u.add_argument("action", nargs="?", choices=["verify"], help="verify: check FILE.zip against its manifest")
+    u.add_argument("file", nargs="?", metavar="FILE.zip", help="the bundle to verify")
+    u.add_argument("--extract", metavar="DIR", help="with verify: extract the checked bundle into DIR")
+    u.add_argument("--target", help="profile name or path of the build to bundle")
+    u.add_argument("--model", help="model.toml or module:callable of the build (default: the demo model)")
+    u.add_argument("--input-shape", help="input shape for a module:callable model")
+    u.add_argument("--out", help="the build's folder (default: artifacts/<target>/<model>)")
+    u.add_argument("--platform", action="append", choices=["android", "ios", "jetson"],
+                   help="platform to bundle for (repeatable; default: the profile's [bundle] platforms)")
+    u.add_argument("--variants", help="passing, fastest, or comma-separated variant names (default: the profile's)")
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -62,7 +92,41 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0 if report.reachable and report.error is None else 3
 
 
-COMMANDS = {"build": cmd_build, "devices": cmd_devices}
+def cmd_report(args: argparse.Namespace) -> int:
+    from edgeship import api
+
+    outcome = api.report(args.results, db=args.db, out=args.out, model=args.model, target=args.target,
+                         threshold_pct=args.threshold, top1_tolerance=args.top1_tolerance,
+                         fail_on_regression=args.fail_on_regression)
+    for path in outcome.paths:
+        print(f"wrote {path}")
+    for line in outcome.regressions:
+        print(f"regression: {line}")
+    return 0
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from edgeship import api
+    from edgeship.errors import BundleError
+
+    if args.action == "verify":
+        if not args.file:
+            raise BundleError("edgeship bundle verify: give the bundle file, e.g. edgeship bundle verify model-android.zip")
+        check = api.extract_bundle(args.file, args.extract) if args.extract else api.verify_bundle(args.file)
+        print(f"ok: {check.path}: {check.platform} bundle, {check.files} files ({check.bytes:,} bytes) match manifest.json"
+              + (f"; extracted into {args.extract}" if args.extract else ""))
+        return 0
+    if not args.target or args.file:
+        raise BundleError("edgeship bundle: give --target (and --model) of a finished build, or: edgeship bundle verify FILE.zip")
+    for b in api.bundle(args.target, args.model, input_shape=args.input_shape, out=args.out,
+                        platforms=args.platform, variants=args.variants):
+        print(f"wrote {b.path}: {', '.join(row.name for row, _ in b.selection.chosen)}")
+        for line in b.selection.warnings:
+            print(f"warning: {line}")
+    return 0
+
+
+COMMANDS = {"build": cmd_build, "devices": cmd_devices, "report": cmd_report, "bundle": cmd_bundle}
 
 
 def quiet_libraries() -> None:

@@ -49,6 +49,14 @@ class StoreError(BadInputError):
     """A results database URL that cannot be opened."""
 
 
+class ReportError(BadInputError):
+    """Results files or report options that cannot be used."""
+
+
+class BundleError(BadInputError):
+    """A bundle that cannot be made, or a bundle file that fails its check."""
+
+
 class LoweringError(EdgeshipError):
     """One variant could not be lowered; the build records it and goes on."""
 

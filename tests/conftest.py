@@ -32,14 +32,12 @@ def write_profile(folder: Path, variants: str, name: str = "testhost", extra: st
     return path
 
 
-@pytest.fixture
-def tiny_project(tmp_path: Path) -> Path:
-    """tests/models/tinynet.py copied beside a model.toml, a state_dict and calibration/eval .npz."""
+def make_tiny_project(folder: Path) -> Path:
+    """tests/models/tinynet.py copied into ``folder`` beside a model.toml, a state_dict and .npz data."""
     import torch
 
     from tests.models.tinynet import build
 
-    folder = tmp_path / "tiny"
     folder.mkdir()
     shutil.copy(TESTS / "models" / "tinynet.py", folder / "tinynet.py")
     torch.save(build().state_dict(), folder / "tiny.pt")
@@ -57,6 +55,21 @@ def tiny_project(tmp_path: Path) -> Path:
         evaluation = "eval.npz"
         """))
     return folder
+
+
+@pytest.fixture
+def tiny_project(tmp_path: Path) -> Path:
+    """tests/models/tinynet.py copied beside a model.toml, a state_dict and calibration/eval .npz."""
+    return make_tiny_project(tmp_path / "tiny")
+
+
+@pytest.fixture(scope="session")
+def two_device_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real build of the tiny model, timed on two local devices: the build folder (results.json,
+    reports, android and jetson bundles). Built once per test session (tests/reports/builds.py)."""
+    from tests.reports.builds import build_on_two_devices
+
+    return build_on_two_devices(tmp_path_factory.mktemp("two-devices"))
 
 
 @pytest.fixture

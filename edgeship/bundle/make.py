@@ -1,0 +1,130 @@
+"""One platform's bundle zip from a build: the chosen artifacts exactly as they were validated,
+the labels, model.json, a loading snippet (Kotlin, Swift), the device runner (jetson), a README
+and manifest.json with every file's sha256 and size, the toolchain and the validation results.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgeship import __version__
+from edgeship.bundle.archive import write_zip
+from edgeship.bundle.metadata import model_json, runtime_needs
+from edgeship.bundle.platforms import PLATFORMS, Platform
+from edgeship.bundle.select import Selection, select
+from edgeship.bundle.snippets import readme, snippet
+from edgeship.devices.runner import sha256_file
+from edgeship.errors import BundleError
+from edgeship.profile import BundleSettings, Profile
+from edgeship.results import Results, VariantResult
+from edgeship.spec import ModelSpec
+
+BUNDLE_FORMAT = 1
+DEVICES = Path(__file__).resolve().parent.parent / "devices"
+# The device runner and the TensorRT engine builder it imports from its own folder.
+DEVICE_FILES = {"runner/runner.py": DEVICES / "runner.py", "runner/tensorrt_engine.py": DEVICES / "tensorrt_engine.py"}
+
+
+@dataclass
+class BundleInputs:
+    """A finished build: its profile, model spec, results and folder, and the bundle settings."""
+
+    profile: Profile
+    spec: ModelSpec
+    results: Results
+    build_dir: Path
+    settings: BundleSettings
+
+
+@dataclass
+class Bundle:
+    """A written bundle and how its variants were chosen."""
+
+    path: Path
+    selection: Selection
+
+
+def make_bundles(inputs: BundleInputs) -> list[Bundle]:
+    """One zip per platform of the settings, in the build folder."""
+    return [make_bundle(PLATFORMS[name], inputs) for name in inputs.settings.platforms]
+
+
+def make_bundle(platform: Platform, inputs: BundleInputs) -> Bundle:
+    """Write ``<model>-<platform>.zip`` into the build folder (BundleError when nothing qualifies)."""
+    sel = select(platform, inputs.settings, inputs.profile, inputs.results)
+    entries: dict[str, bytes | Path] = {}
+    artifacts = []
+    for row, variant in sel.chosen:
+        main, files = artifact_files(platform, inputs.build_dir, row)
+        entries.update(files)
+        artifacts.append({"variant": row.name, "backend": row.backend, "precision": row.precision,
+                          "quantization": row.quantization, "path": main, "sha256": row.sha256,
+                          "size_bytes": row.size_bytes,
+                          "runtime": runtime_needs(row, variant, inputs.results.toolchain)})
+    labels = read_labels(inputs)
+    if labels:
+        entries["labels.txt"] = ("\n".join(labels) + "\n").encode()
+    meta = model_json(inputs.spec, inputs.results, inputs.settings, labels, artifacts)
+    entries["model.json"] = (json.dumps(meta, indent=2) + "\n").encode()
+    if platform.snippet:
+        name, text = snippet(platform, meta, inputs.spec, sel)
+        if text is not None:
+            entries[name] = text.encode()
+    if platform.name == "jetson":
+        entries.update(DEVICE_FILES)
+    dest = inputs.build_dir / f"{inputs.results.model.name}-{platform.name}.zip"
+    entries["README.md"] = readme(platform, inputs.results, sel, artifacts, dest.name).encode()
+    write_zip(dest, entries, manifest(platform, inputs.results, sel, artifacts))
+    return Bundle(dest, sel)
+
+
+def artifact_files(platform: Platform, build_dir: Path, row: VariantResult) -> tuple[str, dict[str, Path]]:
+    """The zip paths of a variant's files (the artifact, or its whole folder) and its main path."""
+    src = build_dir / str(row.file)
+    if not src.exists():
+        raise BundleError(f"{src}: the artifact of {row.name} is missing; build again")
+    if src.is_file() and row.sha256 and sha256_file(str(src)) != row.sha256:
+        raise BundleError(f"{src}: changed since the build validated it (its sha256 differs from "
+                          f"results.json); build again")
+    if platform.whole_folder:
+        root, base = src.parent, f"{platform.folder}/{row.name}"
+        main = f"{base}/{src.relative_to(root).as_posix()}"
+    elif src.is_dir():
+        root, base = src, f"{platform.folder}/{row.name}{src.suffix}"
+        main = base
+    else:
+        main = f"{platform.folder}/{row.name}{src.suffix}"
+        return main, {main: src}
+    files = [p for p in sorted(root.rglob("*")) if p.is_file() and not _skipped(p, root)]
+    return main, {f"{base}/{p.relative_to(root).as_posix()}": p for p in files}
+
+
+def _skipped(path: Path, root: Path) -> bool:
+    """Build logs and temporary files (dot names) stay out of bundles."""
+    parts = path.relative_to(root).parts
+    return path.name == "lowering.log" or any(p.startswith(".") for p in parts)
+
+
+def read_labels(inputs: BundleInputs) -> list[str] | None:
+    """Class names from ``[bundle] labels``, else the model spec's labels file."""
+    path = inputs.settings.labels or inputs.spec.labels
+    if path is None:
+        return None
+    return [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def manifest(platform: Platform, results: Results, sel: Selection, artifacts: list[dict[str, Any]]) -> dict[str, Any]:
+    """manifest.json without its file list (write_zip adds it)."""
+    paths = {a["variant"]: a["path"] for a in artifacts}
+    variants = [{"name": row.name, "backend": row.backend, "precision": row.precision,
+                 "quantization": row.quantization, "path": paths[row.name], "sha256": row.sha256,
+                 "size_bytes": row.size_bytes,
+                 "accuracy": row.accuracy.model_dump(mode="json") if row.accuracy else None,
+                 "latency": [lat.model_dump(mode="json") for lat in row.latency],
+                 "gates": row.gates.model_dump(mode="json"), "notes": row.notes} for row, _ in sel.chosen]
+    return {"format": "edgeship-bundle", "format_version": BUNDLE_FORMAT, "platform": platform.name,
+            "model": results.model.model_dump(mode="json"), "target": results.target,
+            "results_created": results.created, "edgeship": __version__, "toolchain": results.toolchain,
+            "selection": sel.rule, "variants": variants, "left_out": sel.left_out, "warnings": sel.warnings}

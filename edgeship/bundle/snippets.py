@@ -1,0 +1,86 @@
+"""The loading snippets (Kotlin for android, Swift for ios) and the README of a bundle.
+
+Snippets call the runtimes' own APIs: ExecuTorch ``Module.load`` / ``forward(EValue...)`` and
+PyTorch Mobile ``LiteModuleLoader.load`` on Android; ``MLModel(contentsOf:configuration:)`` and
+ExecuTorch's Swift ``Module(filePath:)`` on iOS. Input names, shapes and element types come from
+the model spec; the Core ML feature names from the package itself (recorded by lowering).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from edgeship import __version__
+from edgeship.bundle.platforms import Platform
+from edgeship.bundle.select import Selection
+from edgeship.results import Results
+from edgeship.spec import ModelSpec
+
+# dtype -> (Kotlin array type, Tensor factory); both Android runtimes have these fromBlob overloads.
+KOTLIN = {"float32": ("FloatArray", "fromBlob"), "int64": ("LongArray", "fromBlob"),
+          "int32": ("IntArray", "fromBlob"), "uint8": ("ByteArray", "fromBlobUnsigned")}
+SWIFT = {"float32": "Float", "int64": "Int64", "int32": "Int32", "uint8": "UInt8"}
+COMPUTE_UNITS = {"ALL": "all", "CPU_ONLY": "cpuOnly", "CPU_AND_GPU": "cpuAndGPU", "CPU_AND_NE": "cpuAndNeuralEngine"}
+
+
+def snippet(platform: Platform, meta: dict[str, Any], spec: ModelSpec, sel: Selection) -> tuple[str, str | None]:
+    """The snippet's file name and text; None (with a warning in ``sel``) when an input type has no
+    counterpart in the platform's tensor API."""
+    name = str(platform.snippet).removesuffix(".j2")
+    unsupported = [i.dtype for i in spec.inputs if i.dtype not in KOTLIN]
+    if unsupported:
+        sel.warnings.append(f"no {name}: the runtimes' {platform.name} tensor APIs take no {unsupported[0]} arrays")
+        return name, None
+    inputs = [{"name": i.name, "dtype": i.dtype, "shape": i.shape, "kotlin_array": KOTLIN[i.dtype][0],
+               "kotlin_from_blob": KOTLIN[i.dtype][1], "swift_type": SWIFT[i.dtype]} for i in spec.inputs]
+    artifacts = [_artifact(platform, a, spec) for a in meta["artifacts"]]
+    backends = {a["backend"]: True for a in artifacts}
+    text = _env().get_template(str(platform.snippet)).render(model=meta["model"], inputs=inputs,
+                                                             artifacts=artifacts, backends=backends)
+    return name, text
+
+
+def _artifact(platform: Platform, a: dict[str, Any], spec: ModelSpec) -> dict[str, Any]:
+    runtime = a["runtime"]
+    out = {**a, "ident": identifier(a["variant"]), "stem": a["variant"],
+           "asset": a["path"].removeprefix(f"{platform.folder}/")}
+    if a["backend"] == "coreml":
+        out["compute_units"] = COMPUTE_UNITS.get(runtime.get("compute_units"), "all")
+        out["input_names"] = [i["name"] for i in runtime.get("inputs") or []] or [i.name for i in spec.inputs]
+        out["output_name"] = ((runtime.get("outputs") or [{}])[0]).get("name", "output")
+    return out
+
+
+def identifier(name: str) -> str:
+    """``executorch-xnnpack-fp32`` -> ``ExecutorchXnnpackFp32`` (for function names)."""
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name) if part)
+
+
+def readme(platform: Platform, results: Results, sel: Selection, artifacts: list[dict[str, Any]],
+           zip_name: str) -> str:
+    """The bundle's README.md: what is inside, how it measured, how to use it."""
+    paths = {a["variant"]: a["path"] for a in artifacts}
+    variants = [_summary(row, paths[row.name]) for row, _ in sel.chosen]
+    return _env().get_template("README.md.j2").render(
+        model=results.model.name, platform=platform.name, target=results.target, created=results.created,
+        edgeship_version=__version__, zip_name=zip_name, selection=sel.rule, variants=variants,
+        left_out=sel.left_out, warnings=sel.warnings)
+
+
+def _summary(row: Any, path: str) -> dict[str, str]:
+    acc = row.accuracy
+    top1 = f"{100 * acc.top1:.2f}%" if acc and acc.top1 is not None else "not measured"
+    sqnr = f"{acc.sqnr_db:.1f}" if acc and acc.sqnr_db is not None else (
+        "exact" if acc and acc.max_abs_err == 0.0 else "not measured")
+    p50 = ", ".join(f"{lat.device} {lat.p50_ms:.3f}" for lat in row.latency if lat.p50_ms is not None)
+    gates = "pass" if row.gates.passed else "FAIL: " + "; ".join(row.gates.failures)
+    return {"name": row.name, "backend": row.backend, "precision": row.precision, "path": path,
+            "top1": top1, "sqnr": sqnr, "p50": p50 or "not measured", "gates": gates}
+
+
+def _env() -> Any:
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.PackageLoader("edgeship.bundle", "templates"), trim_blocks=True,
+                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
+                              autoescape=False)

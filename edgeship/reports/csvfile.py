@@ -1,0 +1,71 @@
+"""results.csv: one row per (variant, device), every measured field, for spreadsheets and scripts.
+
+Empty cells are values that were not measured; the ``not_measured`` column says why. A variant
+measured on no device gets one row with an empty device.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from edgeship.reports.data import Line, Report, why_no_accuracy, why_no_latency
+from edgeship.results import Latency
+
+BUILD = ["build", "target", "model", "created"]
+VARIANT = ["variant", "backend", "precision", "quantization", "file", "size_bytes", "sha256"]
+LATENCY = ["device", "runtime", "threads", "warmup", "iterations", "p50_ms", "p90_ms", "p99_ms", "mean_ms",
+           "std_ms", "cv", "load_ms", "peak_rss_mb", "measured_at"]
+ACCURACY = ["samples", "top1", "top1_drop", "agreement", "sqnr_db", "cosine", "max_abs_err"]
+COLUMNS = BUILD + VARIANT + LATENCY + ["speedup_vs_eager"] + ACCURACY + ["gates_passed", "gate_failures",
+                                                                         "not_measured"]
+
+
+def render_csv(report: Report) -> str:
+    """The CSV text for every (variant, device) of the report."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for line in report.lines:
+        for device in report.devices or [None]:
+            row = csv_row(report, line, device)
+            if row is not None:
+                writer.writerow(row)
+    return out.getvalue()
+
+
+def csv_row(report: Report, line: Line, device: str | None) -> dict[str, Any] | None:
+    """One row, or None when the variant has measurements but not on this device's build."""
+    v = line.variant
+    measured_devices = {lat.device for x in line.build.results.variants for lat in x.latency}
+    if device is not None and device not in measured_devices:
+        return None
+    lat = line.latency(device) if device else None
+    row: dict[str, Any] = {"build": line.build.label, "target": line.build.results.target,
+                           "model": line.build.results.model.name, "created": line.build.results.created}
+    row.update({k: getattr(v, k) for k in VARIANT if k != "variant"}, variant=v.name)
+    row.update({k: getattr(lat, k) if lat else None for k in LATENCY}, device=device)
+    row["speedup_vs_eager"] = _speedup(report, line, lat)
+    acc = line.accuracy(device)
+    row.update({k: getattr(acc, k) if acc else None for k in ACCURACY})
+    row["gates_passed"] = v.gates.passed
+    row["gate_failures"] = "; ".join(v.gates.failures)
+    row["not_measured"] = _why(line, device, lat, acc)
+    return row
+
+
+def _speedup(report: Report, line: Line, lat: Latency | None) -> float | None:
+    eager = report.eager(line)
+    if lat is None or lat.p50_ms is None or eager is None:
+        return None
+    base = eager.p50(lat.device)
+    return base / lat.p50_ms if base is not None else None
+
+
+def _why(line: Line, device: str | None, lat: Latency | None, acc: Any) -> str:
+    reasons = []
+    if device is None or lat is None or lat.p50_ms is None:
+        reasons.append(why_no_latency(line, device) if device else why_no_accuracy(line))
+    if acc is None and line.variant.error is None:
+        reasons.append(why_no_accuracy(line))
+    return "; ".join(dict.fromkeys(reasons))

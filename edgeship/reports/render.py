@@ -1,0 +1,85 @@
+"""report.md and report.html, rendered from jinja2 templates (``reports/templates``).
+
+Both show the same tables; the HTML page adds the charts (inline SVG) and loads nothing from the
+network: no scripts, no fonts, no images outside the page, and a Content-Security-Policy that
+forbids fetching any. A "not measured" cell links to its reason, listed once at the end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from markupsafe import Markup, escape
+
+from edgeship import __version__
+from edgeship.reports import cells
+from edgeship.reports.charts import charts
+from edgeship.reports.compare import Comparison
+from edgeship.reports.data import Report, Shown
+
+
+@dataclass
+class Footnotes:
+    """Reasons for "not measured" cells, numbered in order of first use and listed once."""
+
+    items: list[str] = field(default_factory=list)
+
+    def number(self, why: str) -> int:
+        if why not in self.items:
+            self.items.append(why)
+        return self.items.index(why) + 1
+
+
+def render_markdown(report: Report, comparison: Comparison | None = None) -> str:
+    """GitHub-flavoured Markdown: variants, latency per device side by side, comparisons, reasons."""
+    notes = Footnotes()
+
+    def cell(shown: Shown) -> str:
+        text = md_text(shown.text)
+        return f"{text} [{notes.number(shown.why)}]" if shown.why else text
+
+    return _environment(cell, md_text).get_template("report.md.j2").render(**_context(report, comparison, notes))
+
+
+def render_html(report: Report, comparison: Comparison | None = None) -> str:
+    """One self-contained page: the same tables plus the charts, inline."""
+    notes = Footnotes()
+
+    def cell(shown: Shown) -> Markup:
+        if not shown.why:
+            return escape(shown.text)
+        n = notes.number(shown.why)
+        return Markup('<span class="nm" title="{why}">{text}</span><sup><a href="#note-{n}">{n}</a></sup>').format(
+            why=shown.why, text=shown.text, n=n)
+
+    context = _context(report, comparison, notes)
+    context["charts"] = charts(report) if report.lines else []
+    return _environment(cell, escape).get_template("report.html.j2").render(**context)
+
+
+def md_text(text: Any) -> str:
+    """Text safe inside a Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _environment(cell: Any, text: Any) -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("edgeship.reports", "templates"),
+                             autoescape=jinja2.select_autoescape(["html.j2"]), trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    env.filters["cell"] = cell
+    env.filters["text"] = text
+    return env
+
+
+def _context(report: Report, comparison: Comparison | None, notes: Footnotes) -> dict[str, Any]:
+    sources = comparison.sources if comparison else [b.source for b in report.builds]
+    return {"report": report, "comparison": comparison, "notes": notes, "c": cells, "sources": sources,
+            "toolchain": _toolchain_table(report), "edgeship_version": __version__}
+
+
+def _toolchain_table(report: Report) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """Library versions: one column per library, one row per build."""
+    names = list(dict.fromkeys(k for b in report.builds for k in b.results.toolchain))
+    return names, [(b.label, [b.results.toolchain.get(k, "—") for k in names]) for b in report.builds]

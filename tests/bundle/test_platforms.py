@@ -1,0 +1,49 @@
+"""The profile's [bundle] section: checked against the variants before a build starts."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeship.bundle.platforms import PLATFORMS
+from edgeship.errors import ProfileError
+from edgeship.profile import load_profile
+from tests.conftest import write_profile
+
+VARIANTS = """
+[[variants]]
+name = "pte"
+backend = "executorch"
+
+[[variants]]
+name = "ort"
+backend = "onnx"
+"""
+
+
+def test_platforms_take_only_their_artifacts() -> None:
+    android, ios, jetson = PLATFORMS["android"], PLATFORMS["ios"], PLATFORMS["jetson"]
+    assert android.refuses("executorch", {"partitioner": "xnnpack"}) is None
+    assert "runs only on Apple platforms" in android.refuses("executorch", {"partitioner": "coreml"})
+    assert ios.refuses("coreml", {}) is None and ios.refuses("executorch", {"partitioner": "coreml"}) is None
+    assert jetson.refuses("tensorrt", {}) is None and "not pytorch-mobile" in jetson.refuses("pytorch-mobile", {})
+
+
+def test_profile_bundle_section_loads(tmp_path: Path) -> None:
+    profile = load_profile(write_profile(tmp_path, VARIANTS + '[bundle]\nplatforms = ["android", "jetson"]\n'))
+    assert profile.bundle.platforms == ["android", "jetson"] and profile.bundle.variants == "passing"
+
+
+@pytest.mark.parametrize("section, message", [
+    ('platforms = ["ios"]\nvariants = ["ort"]',
+     'bundle.variants[0] = "ort": no platform listed takes it (ios bundles take coreml and executorch artifacts, not onnx)'),
+    ('platforms = ["android"]\nvariants = ["pt"]', 'bundle.variants[0] = "pt": no such variant'),
+    ('platforms = ["android"]\nvariants = ["ort"]', 'bundle.platforms[0] = "android": no variant of this profile goes into it'),
+    ('platforms = ["windows"]', 'bundle.platforms[0] = "windows": not allowed; one of: android, ios, jetson'),
+    ('platforms = ["android"]\nvariant = "fastest"', 'unknown key bundle.variant (did you mean "variants"?)'),
+])
+def test_profile_bundle_mistakes_exit_2_before_any_work(tmp_path: Path, section: str, message: str) -> None:
+    path = write_profile(tmp_path, VARIANTS + "[bundle]\n" + section + "\n")
+    with pytest.raises(ProfileError) as err:
+        load_profile(path)
+    assert str(path) in str(err.value) and message in str(err.value)

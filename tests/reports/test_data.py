@@ -1,0 +1,46 @@
+"""Reading results files into a report: errors name the file; builds get distinct labels."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeship.cli import main
+from edgeship.errors import ReportError
+from edgeship.reports import Report, load_builds
+from edgeship.reports.data import build_labels
+from edgeship.results import Results
+from tests.reports.builds import DEVICES
+
+
+def test_load_builds_missing_file_exits_2_naming_it(capsys, tmp_path: Path) -> None:
+    missing = tmp_path / "nope" / "results.json"
+    assert main(["report", str(missing)]) == 2
+    assert f"{missing}: file not found" in capsys.readouterr().err
+
+
+def test_load_builds_refuses_a_file_that_is_not_results_json(tmp_path: Path) -> None:
+    bad = tmp_path / "results.json"
+    bad.write_text(json.dumps({"schema": 1, "target": "x"}))
+    with pytest.raises(ReportError, match=r"results.json: not a results.json \(schema 1\): created"):
+        load_builds([bad])
+
+
+def test_load_builds_refuses_the_same_file_twice(two_device_build: Path) -> None:
+    path = two_device_build / "results.json"
+    with pytest.raises(ReportError, match="given twice"):
+        load_builds([path, path])
+
+
+def test_build_labels_add_the_time_when_targets_repeat(two_device_build: Path) -> None:
+    first = Results.read(two_device_build / "results.json")
+    second = first.model_copy(update={"created": "2099-01-01T00:00:00Z"})
+    assert build_labels([first]) == ["twodev"]
+    assert build_labels([first, second]) == [f"twodev {first.created}", "twodev 2099-01-01T00:00:00Z"]
+
+
+def test_report_lists_every_device_measured_in_order(two_device_build: Path) -> None:
+    report = Report.of(load_builds([two_device_build / "results.json"]))
+    assert report.devices == list(DEVICES)
+    assert [ln.name for ln in report.lines][0] == "eager"

@@ -1,0 +1,47 @@
+"""report.md and report.html: devices side by side, reasons for what was not measured, no network."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from edgeship.reports import Report, load_builds
+from edgeship.reports.render import render_html, render_markdown
+from tests.reports.builds import DEVICES
+
+
+def test_build_writes_reports_even_when_it_exits_3(two_device_build: Path) -> None:
+    for name in ("report.md", "report.html", "results.csv"):
+        assert (two_device_build / name).stat().st_size > 0
+
+
+def test_markdown_puts_the_devices_side_by_side(two_device_build: Path) -> None:
+    text = (two_device_build / "report.md").read_text()
+    a, b = DEVICES
+    header = next(line for line in text.splitlines() if line.startswith("| variant | " + f"{a} p50"))
+    assert f"| {b} p50 | {b} p90 | {b} speed-up vs eager | {b} / {a} |" in header
+    rows = [line for line in text.splitlines() if line.startswith("| executorch-fp32 |")]
+    assert len(rows) == 2 and rows[1].count("|") == header.count("|")  # variants table, latency table
+    assert "## Same artifact on several devices" in text
+
+
+def test_markdown_lists_each_not_measured_reason_once(two_device_build: Path) -> None:
+    text = (two_device_build / "report.md").read_text()
+    notes = text.split("## Not measured")[1].split("##")[0]
+    items = [line for line in notes.splitlines() if re.match(r"\d+\. ", line)]
+    assert len(items) == 1 and items[0].startswith("1. too-old was not built: lowering failed")
+    assert text.count("not measured [1]") >= 5
+
+
+def test_html_loads_nothing_from_outside_the_page(two_device_build: Path) -> None:
+    html = render_html(Report.of(load_builds([two_device_build / "results.json"])))
+    assert "<script" not in html and "<link" not in html and "@import" not in html
+    assert not re.search(r"""(src|href)\s*=\s*["'](?!#)""", html), "every link stays inside the page"
+    assert "default-src 'none'" in html and html.count("<svg") == 3
+    assert 'title="too-old was not built: lowering failed' in html
+
+
+def test_markdown_escapes_pipes_in_reasons(two_device_build: Path) -> None:
+    results = load_builds([two_device_build / "results.json"])
+    results[0].results.variant("too-old").error = "a | b"
+    text = render_markdown(Report.of(results))
+    assert "too-old was not built: a \\| b" in text
