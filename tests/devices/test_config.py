@@ -1,0 +1,85 @@
+"""devices.toml: every mistake named with its key and what is allowed; 'host' always defined."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from edgeship.devices.config import load_devices
+from edgeship.errors import DeviceError
+from edgeship.pipeline.plan import BuildRequest, resolve_devices
+
+
+def devices_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "devices.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_devices_file_reads_every_transport_and_always_has_host(tmp_path) -> None:
+    (tmp_path / "id_ed25519").write_text("key")
+    path = devices_file(tmp_path, """\
+        [devices.orin]
+        transport = "ssh"
+        host = "orin.local"
+        user = "nvidia"
+        identity = "id_ed25519"
+        [devices.pixel8]
+        transport = "adb"
+        serial = "38011FDJH00ABC"
+        programs = { executorch = "/data/local/tmp/executor_runner" }
+        """)
+    devices = load_devices(path)
+    assert devices.names == ["host", "orin", "pixel8"]
+    orin, pixel, host = devices.select(["orin", "pixel8", "host", "orin"])
+    assert (orin.address, orin.config.identity, orin.config.port) == ("nvidia@orin.local:22", tmp_path / "id_ed25519", 22)
+    assert (pixel.address, pixel.transport, host.transport) == ("38011FDJH00ABC", "adb", "local")
+    assert orin.retries == 2 and orin.lock_key == "ssh-nvidia@orin.local:22"
+
+
+def test_devices_file_lists_every_problem_with_its_key(tmp_path) -> None:
+    path = devices_file(tmp_path, """\
+        [devices.orin]
+        transport = "ssh"
+        hots = "orin.local"
+        known_hosts = "missing_known_hosts"
+        workdir = "~/edgeship"
+        [devices.pixel8]
+        transport = "adb"
+        serial = "X"
+        programs = { executorh = "/data/local/tmp/executor_runner" }
+        [devices.mac]
+        transport = "shh"
+        """)
+    with pytest.raises(DeviceError) as info:
+        load_devices(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: 6 problems:")
+    for expected in ('unknown key devices.orin.hots (did you mean "host"?); allowed here:',
+                     "missing required key devices.orin.host",
+                     "devices.orin.known_hosts", "path does not exist",
+                     'devices.orin.workdir = "~/edgeship": must be an absolute path on the device',
+                     "no native benchmark program for runtime 'executorh'", 'did you mean "executorch"',
+                     'devices.mac.transport = "shh": not allowed; one of: adb, local, ssh (did you mean "ssh"?)'):
+        assert expected in message
+
+
+def test_devices_unknown_device_name_exits_2_listing_the_known_ones(tmp_path) -> None:
+    path = devices_file(tmp_path, '[devices.orin]\ntransport = "ssh"\nhost = "o"\n')
+    with pytest.raises(DeviceError, match=r"--device oirn: no device 'oirn' in .*one of: host, orin \(did you mean \"orin\"\?\)"):
+        load_devices(path).select(["oirn"])
+
+
+def test_devices_file_that_is_not_toml_names_the_file(tmp_path) -> None:
+    path = devices_file(tmp_path, "[devices.orin\n")
+    with pytest.raises(DeviceError, match="not valid TOML"):
+        load_devices(path)
+
+
+def test_plan_uses_the_profiles_devices_when_no_device_is_named(tmp_path) -> None:
+    path = devices_file(tmp_path, '[devices.orin]\ntransport = "ssh"\nhost = "o"\n')
+    request = BuildRequest(target="host", devices_file=path)
+    assert [d.name for d in resolve_devices(request, ["orin", "host"])] == ["orin", "host"]
+    request.device_names = ["host"]
+    assert [d.name for d in resolve_devices(request, ["orin"])] == ["host"]

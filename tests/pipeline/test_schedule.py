@@ -1,0 +1,141 @@
+"""The scheduler: devices concurrently, one job at a time per physical device, failures kept to
+their device, cool-down, and what build --resume may reuse."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from edgeship.devices.base import Job, JobResult, TransportError
+from edgeship.pipeline.schedule import Identity, Task, measure_all, plan_tasks, reusable
+from edgeship.profile import LatencySettings
+from edgeship.progress import Progress
+from edgeship.results import Latency, ModelInfo, Results, VariantResult
+from tests.pipeline.test_validate import ScriptedDevice, job
+
+
+@pytest.fixture
+def lock_home(tmp_path, monkeypatch) -> Path:
+    """Device locks under the test's folder, not the user's cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+class WatchedDevice(ScriptedDevice):
+    """Counts how many jobs run on its physical device at once; can wait for another device."""
+
+    running: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    guard = threading.Lock()
+
+    def __init__(self, name: str, key: str, wait_for: threading.Event | None = None,
+                 started: threading.Event | None = None, errors: list[Exception] | None = None) -> None:
+        super().__init__(errors or [], [1.0, 1.0], retries=0)
+        self.name, self.key, self.wait_for, self.started = name, key, wait_for, started
+
+    @property
+    def lock_key(self) -> str:
+        return self.key
+
+    def run_job(self, job: Job, workdir: Path) -> JobResult:
+        with self.guard:
+            self.running[self.key] = self.running.get(self.key, 0) + 1
+            self.peak[self.key] = max(self.peak.get(self.key, 0), self.running[self.key])
+        try:
+            if self.started:
+                self.started.set()
+            if self.wait_for and not self.wait_for.wait(20):
+                raise TransportError("the other device never ran at the same time")
+            time.sleep(0.05)
+            return super().run_job(job, workdir)
+        finally:
+            with self.guard:
+                self.running[self.key] -= 1
+
+
+def tasks_for(devices, tmp_path: Path, rows: int = 2) -> list[Task]:
+    return [Task(VariantResult(name=f"v{i}", backend="onnx", precision="fp32"), job(), d, tmp_path / d.name / str(i))
+            for i in range(rows) for d in devices]
+
+
+def test_measure_all_runs_devices_at_once_but_one_job_at_a_time_per_device(tmp_path, lock_home) -> None:
+    board_started = threading.Event()
+    phone = WatchedDevice("phone", "adb-1", wait_for=board_started)
+    board = WatchedDevice("board", "ssh-1", started=board_started)
+    same_board = WatchedDevice("board-again", "ssh-1")  # another name for the same physical device
+    tasks = tasks_for([phone, board, same_board], tmp_path)
+    measure_all(tasks, LatencySettings(), Progress(quiet=True))
+    assert all(t.result.latency.p50_ms == 1.0 for t in tasks)  # the phone saw the board running alongside
+    assert (WatchedDevice.peak["adb-1"], WatchedDevice.peak["ssh-1"]) == (1, 1)
+
+
+def test_measure_all_keeps_other_devices_results_when_one_drops_out(tmp_path, lock_home) -> None:
+    gone = WatchedDevice("gone", "ssh-gone", errors=[TransportError("no route to host")] * 4)
+    host = WatchedDevice("host", "local-1")
+    tasks = tasks_for([gone, host], tmp_path)
+    measure_all(tasks, LatencySettings(), Progress(quiet=True))
+    by_device = {d: [t.result.latency for t in tasks if t.device.name == d] for d in ("gone", "host")}
+    assert [lat.p50_ms for lat in by_device["host"]] == [1.0, 1.0]
+    assert all(lat.p50_ms is None and lat.notes[-1].startswith("not measured: no route to host")
+               for lat in by_device["gone"])
+
+
+def test_measure_all_rests_a_device_between_measurements(tmp_path, lock_home) -> None:
+    tasks = tasks_for([WatchedDevice("phone", "adb-2")], tmp_path)
+    measure_all(tasks, LatencySettings(cooldown_s=0.01), Progress(quiet=True))
+    assert not any("rested" in n for n in tasks[0].result.latency.notes)
+    assert "phone rested 0.01 s before this run" in tasks[1].result.latency.notes
+
+
+def test_plan_tasks_notes_why_a_device_does_not_run_a_job(tmp_path) -> None:
+    row = VariantResult(name="eager", backend="eager", precision="fp32")
+    eager = job()
+    eager.runtime = "eager"
+    board, host = ScriptedDevice([]), WatchedDevice("host", "local-1")
+    host.transport = "local"
+    tasks, _ = plan_tasks([(row, eager, None)], [host, board], tmp_path, None, Identity((), "x"))
+    assert [t.device.name for t in tasks] == ["host"]
+    assert row.notes == ["board: not measured here: the eager float model runs only on the host "
+                         "(it needs edgeship and the model's source)"]
+
+
+def previous(sha: str = "a" * 64, **latency) -> Results:
+    lat = Latency(device="board", runtime="onnxruntime 1.32.0", warmup=1, iterations=4, threads=1, p50_ms=2.0,
+                  mean_ms=2.0, inputs_sha256="in", measured_at="2026-01-01T00:00:00Z", **latency)
+    variant = VariantResult(name="ort", backend="onnx", precision="fp32", sha256=sha, latency=[lat])
+    return Results(target="t", created="2026-01-01T00:00:00Z", toolchain={}, variants=[variant],
+                   model=ModelInfo(name="m", entry="m:build", weights_sha256="w", inputs=[], params=7))
+
+
+@pytest.mark.parametrize("change, why", [
+    ({}, "reused"),
+    ({"sha": "b" * 64}, "artifact changed"),
+    ({"device": "phone"}, "not measured there before"),
+    ({"inputs": "other"}, "evaluation inputs changed"),
+    ({"iterations": 100}, "latency settings changed"),
+])
+def test_resume_reuses_a_measurement_only_while_everything_it_depends_on_is_unchanged(change, why) -> None:
+    row = VariantResult(name="ort", backend="onnx", precision="fp32", sha256=change.get("sha", "a" * 64))
+    j = job()
+    j.iterations = change.get("iterations", 4)
+    lat, reason = reusable(previous(), row, change.get("device", "board"), j, Identity((), change.get("inputs", "in")))
+    assert reason == why and (lat is not None) == (why == "reused")
+    if lat is not None:
+        assert lat.measured_at == "2026-01-01T00:00:00Z" and lat.notes[-1].startswith("reused by build --resume")
+
+
+def test_resume_measures_again_what_failed_before() -> None:
+    failed = previous()
+    failed.variants[0].latency[0].mean_ms = None
+    row = VariantResult(name="ort", backend="onnx", precision="fp32", sha256="a" * 64)
+    assert reusable(failed, row, "board", job(), Identity((), "in")) == (None, "not measured there before")
+
+
+def test_resume_reuses_the_eager_row_only_for_the_same_float_model() -> None:
+    prev = previous()
+    prev.variants[0].backend, prev.variants[0].name = "eager", "eager"
+    row = VariantResult(name="eager", backend="eager", precision="fp32")
+    assert reusable(prev, row, "board", job(), Identity(("m:build", "w", 7), "in"))[1] == "reused"
+    assert reusable(prev, row, "board", job(), Identity(("m:build", "retrained", 7), "in"))[1] == "artifact changed"

@@ -1,0 +1,92 @@
+"""measure(): bounded retries with backoff for dropped connections, failure records, the cv flag,
+and per-device accuracy gates. The devices here are scripted stand-ins (what fails, and when, is
+the point); the ssh tests run the same paths through a real sshd."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeship.devices.base import Device, Job, JobResult, MeasurementError, TransportError
+from edgeship.pipeline.validate import check_device_gates, flag_unsteady, measure
+from edgeship.profile import Gates, LatencySettings
+from edgeship.results import Accuracy, Latency
+
+
+class ScriptedDevice(Device):
+    """Raises the given errors in turn, then returns a result with these timings."""
+
+    transport = "ssh"
+
+    def __init__(self, errors: list[Exception], timings: list[float] | None = None, retries: int = 2) -> None:
+        super().__init__("board")
+        self.errors, self.timings, self.retries, self.backoff_s, self.runs = list(errors), timings, retries, 0.5, 0
+
+    @property
+    def address(self) -> str:
+        return "scripted"
+
+    def check(self):
+        raise NotImplementedError
+
+    def run_job(self, job: Job, workdir: Path) -> JobResult:
+        self.runs += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return JobResult({"ok": True, "runtime_version": "onnxruntime 1.32.0", "timings_ms": self.timings,
+                          "threads": 1, "load_ms": 3.0, "peak_rss_mb": 80.0}, [], notes=["copied 3 files"])
+
+
+def job() -> Job:
+    return Job(runtime="onnxruntime", artifact=None, sha256=None, inputs=Path("x.npz"), input_names=["x"],
+               batch=1, warmup=1, iterations=4, threads=1, timeout_s=10)
+
+
+def test_measure_retries_a_dropped_connection_with_doubling_backoff(tmp_path) -> None:
+    device = ScriptedDevice([TransportError("link down"), TransportError("link down")], [1.0, 1.0, 1.0, 1.0])
+    delays: list[float] = []
+    lat = measure(device, job(), LatencySettings(), tmp_path, sleep=delays.append).latency
+    assert delays == [0.5, 1.0] and device.runs == 3 and lat.attempts == 3
+    assert lat.p50_ms == 1.0 and lat.runtime == "onnxruntime 1.32.0"
+    assert lat.notes[:2] == ["attempt 1 failed: link down; retried after 0.5 s",
+                             "attempt 2 failed: link down; retried after 1 s"] and "copied 3 files" in lat.notes
+
+
+def test_measure_gives_up_after_the_retries_with_a_row_without_numbers(tmp_path) -> None:
+    device = ScriptedDevice([TransportError("link down")] * 5, retries=1)
+    delays: list[float] = []
+    m = measure(device, job(), LatencySettings(), tmp_path, sleep=delays.append)
+    assert device.runs == 2 and delays == [0.5] and m.outputs is None
+    assert m.latency.notes[-1] == "not measured: link down (gave up after 2 attempts)"
+    assert all(getattr(m.latency, k) is None for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "cv", "load_ms"))
+
+
+def test_measure_does_not_retry_a_runner_failure(tmp_path) -> None:
+    device = ScriptedDevice([MeasurementError("artifact sha256 does not match")])
+    lat = measure(device, job(), LatencySettings(), tmp_path, sleep=pytest.fail).latency
+    assert device.runs == 1 and lat.notes == ["not measured: artifact sha256 does not match"]
+
+
+def test_measure_flags_a_measurement_whose_cv_is_above_the_profiles_max(tmp_path) -> None:
+    steady = measure(ScriptedDevice([], [1.0, 1.01, 0.99, 1.0]), job(), LatencySettings(max_cv=0.1), tmp_path)
+    noisy = measure(ScriptedDevice([], [1.0, 3.0, 1.0, 5.0]), job(), LatencySettings(max_cv=0.1), tmp_path)
+    assert steady.latency.cv_above_max is False and not any("unsteady" in n for n in steady.latency.notes)
+    assert noisy.latency.cv_above_max is True and noisy.latency.notes[-1].startswith("unsteady: cv 0.")
+
+
+def test_flag_unsteady_leaves_rows_without_cv_or_threshold_alone() -> None:
+    mean_only = Latency(device="pixel8", runtime="executorch", warmup=0, iterations=1, mean_ms=3.0)
+    flag_unsteady(mean_only, 0.1)
+    with_cv = Latency(device="host", runtime="x", warmup=0, iterations=2, cv=0.5)
+    flag_unsteady(with_cv, None)
+    assert mean_only.cv_above_max is None and with_cv.cv_above_max is None
+
+
+def test_device_gates_fail_a_variant_whose_outputs_differ_on_another_device() -> None:
+    good = Accuracy(samples=8, agreement=1.0, sqnr_db=90.0, cosine=1.0, max_abs_err=1e-6)
+    bad = Accuracy(samples=8, agreement=0.5, sqnr_db=12.0, cosine=0.9, max_abs_err=0.5)
+    rows = [Latency(device="host", runtime="x", warmup=0, iterations=1, accuracy=good),
+            Latency(device="board", runtime="x", warmup=0, iterations=1, accuracy=bad)]
+    result = check_device_gates(Gates(min_sqnr_db=60.0), good, rows)
+    assert not result.passed and result.failures == ["sqnr_db 12 < 60 on board"]
+    assert check_device_gates(Gates(min_sqnr_db=60.0), good, rows[:1]).passed
