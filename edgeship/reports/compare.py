@@ -132,8 +132,10 @@ def regressions(change: Change, threshold_pct: float, top1_tolerance: float) -> 
     found = []
     p50 = change.p50_change_pct
     if p50 is not None and p50 > threshold_pct:
+        cv = [change.before.get("cv"), change.after.get("cv")]
+        spread = f"; cv {cv[0]:.2f} -> {cv[1]:.2f}" if None not in cv else ""  # how steady each timing was
         found.append(f"p50 {change.before['p50_ms']:.3f} -> {change.after['p50_ms']:.3f} ms "
-                     f"({p50:+.1f}%, threshold {threshold_pct:g}%)")
+                     f"({p50:+.1f}%, threshold {threshold_pct:g}%{spread})")
     top1 = change.top1_change_pts
     if top1 is not None and top1 < -top1_tolerance:
         found.append(f"top-1 {100 * change.before['top1']:.2f}% -> {100 * change.after['top1']:.2f}% "

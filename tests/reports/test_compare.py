@@ -24,6 +24,8 @@ def test_across_builds_flags_a_p50_slower_than_the_threshold() -> None:
     (change,) = across_builds(rows, threshold_pct=10.0, top1_tolerance=0.0)
     assert change.p50_change_pct == pytest.approx(15.0) and change.builds == 2
     assert change.regressions == ["p50 10.000 -> 11.500 ms (+15.0%, threshold 10%)"]
+    rows[0]["cv"], rows[1]["cv"] = 0.05, 0.61
+    assert across_builds(rows, 10.0, 0.0)[0].regressions == ["p50 10.000 -> 11.500 ms (+15.0%, threshold 10%; cv 0.05 -> 0.61)"]
     assert across_builds(rows, threshold_pct=20.0, top1_tolerance=0.0)[0].regressions == []
 
 
@@ -73,7 +75,7 @@ def test_report_fail_on_regression_exits_3_and_still_writes(capsys, two_device_b
     out = tmp_path / "report"
     assert main(["report", str(first), str(second), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "regression: tiny/twodev onnx-fp32 on cpu-a" in printed and "(+50.0%, threshold 10%)" in printed
+    assert "regression: tiny/twodev onnx-fp32 on cpu-a" in printed and "(+50.0%, threshold 10%; cv " in printed
     assert main(["report", str(first), str(second), "--out", str(out), "--fail-on-regression"]) == 3
     assert "1 regression(s): tiny/twodev onnx-fp32 on cpu-a" in capsys.readouterr().err
     text = (out / "report.md").read_text()
