@@ -118,6 +118,9 @@ class Device(ABC):
             return "the eager float model runs only on the host (it needs edgeship and the model's source)"
         return host_unavailable if self.transport == "local" else None
 
+    def close(self) -> None:
+        """Release what the device keeps open between jobs (a shared connection); default: nothing."""
+
     def describe(self) -> str:
         """A short label for progress lines."""
         return self.name

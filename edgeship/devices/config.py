@@ -71,6 +71,7 @@ class SshConfig(RemoteSettings):
     python: str = Field("python3", description="Python on the device that runs the runner (needs numpy and the runtimes).")
     workdir: str = Field("/tmp/edgeship", description="Absolute folder on the device under which each job gets its own folder.")
     ssh: str = Field("ssh", description="The OpenSSH client to run.")
+    multiplex: bool = Field(True, description="Share one connection between a job's steps (OpenSSH ControlMaster).")
 
     _files = field_validator("identity", "known_hosts")(_local_file)
 

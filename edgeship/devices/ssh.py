@@ -2,22 +2,25 @@
 
 The OpenSSH client does the work: key-based only (``BatchMode=yes``), the host key always checked
 (``StrictHostKeyChecking=yes`` against the device's ``known_hosts``), a connect timeout, keep-alives
-that notice a dropped link, and a timeout on every step. One job is four short connections:
+that notice a dropped link, and a timeout on every step. A job is two sessions:
 
-    upload    tar of runner.py, job.json, the artifact and the inputs -> a fresh job folder
-    run       python runner.py job.json (the runner checks the artifact's sha256 and stops itself
-              at the job's deadline)
-    download  result.json, outputs.npz and runner.log, as a tar
-    clean     rm -rf the job folder (folders a dropped connection left behind go before the next job)
+    send + run       a tar of runner.py, job.json, the artifact and the inputs unpacked into a fresh
+                     job folder, then python runner.py job.json (the runner checks the artifact's
+                     sha256 and stops itself at the job's deadline)
+    fetch + clean    result.json, outputs.npz and runner.log back as a tar, then rm -rf the folder
+                     (a folder a dropped connection left behind goes before the next job)
 
-A lost connection (ssh exit 255, a step timing out) is a TransportError, which the caller retries;
-a refused host key or key is a MeasurementError, because retrying cannot fix it.
+The sessions share one connection (OpenSSH ``ControlMaster``; ``multiplex = false`` turns it off),
+which the scheduler closes when the device's last job is done. A lost connection (ssh exit 255,
+a step timing out) is a TransportError, which the caller retries with a new connection; a refused
+host key or key is a MeasurementError, because retrying cannot fix it.
 """
 from __future__ import annotations
 
 import io
 import json
 import math
+import os
 import shlex
 import subprocess
 import tarfile
@@ -30,8 +33,10 @@ from edgeship.devices.base import (PROBE, RUNNER, Device, DeviceReport, Job, Job
                                    TransportError, probe_report)
 
 RESULT_FILES = ("result.json", "outputs.npz", "runner.log")
+UNPACK_FAILED = 97       # the exit status of a send + run whose mkdir or tar failed
 RUN_MARGIN_S = 30.0      # the runner stops itself at the job's deadline; ssh gets a little longer
 CLEAN_TIMEOUT_S = 20.0
+CONTROL_PERSIST_S = 15
 NOT_RETRYABLE = {"Host key verification failed": "its host key is not in known_hosts, or has changed",
                  "REMOTE HOST IDENTIFICATION HAS CHANGED": "its host key has changed",
                  "Permission denied": "it refused the key"}
@@ -67,7 +72,24 @@ class SshDevice(Device):
             args += ["-i", str(c.identity), "-o", "IdentitiesOnly=yes"]
         if c.user:
             args += ["-l", c.user]
-        return args + [c.host, "--", "sh -c " + shlex.quote(script)]
+        return args + self._multiplex() + [c.host, "--", "sh -c " + shlex.quote(script)]
+
+    def close(self) -> None:
+        """Stop the shared connection, if one is open (``ssh -O exit``)."""
+        if self.config.multiplex:
+            base = self.ssh_args("true")[:-3]
+            subprocess.run(base + ["-O", "exit", self.config.host], capture_output=True, timeout=CLEAN_TIMEOUT_S,
+                           stdin=subprocess.DEVNULL)
+
+    def _multiplex(self) -> list[str]:
+        """OpenSSH connection sharing: the steps of a job reuse one authenticated connection.
+        The master exits CONTROL_PERSIST_S after its last use, and close() ends it sooner."""
+        if not self.config.multiplex:
+            return []
+        folder = Path(tempfile.gettempdir()) / f"edgeship-ssh-{os.getuid()}"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        return ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C",
+                "-o", f"ControlPersist={CONTROL_PERSIST_S}"]
 
     def run_job(self, job: Job, workdir: Path) -> JobResult:
         self._clean_stale()
@@ -75,24 +97,26 @@ class SshDevice(Device):
         workdir.mkdir(parents=True, exist_ok=True)
         for stale in RESULT_FILES:
             (workdir / stale).unlink(missing_ok=True)
+        run = f"exec {shlex.quote(self.config.python)} runner.py job.json > runner.log 2>&1"
         try:
-            self._upload(self._job_files(job, workdir), remote)
-            code = self._run_runner(job, remote)
-            self._download(remote, workdir)
-        finally:
-            notes = self._remove(remote)
-        return self._read(workdir, code, notes)
+            code = self._send_and_run(self._job_files(job, workdir), remote, run,
+                                      self.config.transfer_timeout_s + job.timeout_s + RUN_MARGIN_S).returncode
+            self._fetch_and_remove(remote, workdir)
+        except MeasurementError:
+            self._remove(remote)  # a step failed: the folder may still be there
+            raise
+        return self._read(workdir, code)
 
     def check(self) -> DeviceReport:
         remote = f"{self.config.workdir}/probe-{uuid.uuid4().hex[:12]}"
+        probe = f"{shlex.quote(self.config.python)} probe.py .; status=$?; cd / && rm -rf {shlex.quote(remote)}; exit $status"
         try:
-            self._upload({"probe.py": PROBE, "runner.py": RUNNER}, remote)
-            proc = self._ssh(f"cd {shlex.quote(remote)} && {shlex.quote(self.config.python)} probe.py .",
-                             self.config.transfer_timeout_s, "probe")
+            proc = self._send_and_run({"probe.py": PROBE, "runner.py": RUNNER}, remote, probe,
+                                      self.config.transfer_timeout_s)
         except MeasurementError as e:
             return DeviceReport(self.name, self.transport, self.address, reachable=False, error=str(e))
         finally:
-            self._remove(remote)
+            self.close()
         if proc.returncode != 0:
             return DeviceReport(self.name, self.transport, self.address, reachable=True,
                                 error=f"{self.config.python} probe.py exited {proc.returncode}: "
@@ -109,36 +133,37 @@ class SshDevice(Device):
         files["job.json"] = workdir / "job.json"
         return files
 
-    def _run_runner(self, job: Job, remote: str) -> int:
-        script = f"cd {shlex.quote(remote)} && exec {shlex.quote(self.config.python)} runner.py job.json > runner.log 2>&1"
-        return self._ssh(script, job.timeout_s + RUN_MARGIN_S, "run").returncode
-
-    def _upload(self, files: dict[str, Path], remote: str) -> None:
+    def _send_and_run(self, files: dict[str, Path], remote: str, then: str,
+                      timeout: float) -> subprocess.CompletedProcess:
+        """Unpack ``files`` into a fresh ``remote`` folder and run ``then`` there, in one session."""
+        q = shlex.quote(remote)
+        script = f"mkdir -p {q} && tar -xf - -C {q} || exit {UNPACK_FAILED}; cd {q} && {then}"
         with tempfile.TemporaryFile() as tar_file:
             with tarfile.open(fileobj=tar_file, mode="w") as tar:
                 for name, path in files.items():
                     tar.add(str(path), arcname=name)
             tar_file.seek(0)
-            q = shlex.quote(remote)
-            self._ssh(f"mkdir -p {q} && tar -xf - -C {q}", self.config.transfer_timeout_s, "upload",
-                      stdin=tar_file, check=True)
+            proc = self._ssh(script, timeout, "send + run", stdin=tar_file)
+        if proc.returncode == UNPACK_FAILED:
+            raise MeasurementError(f"copying the job to {remote} on {self.address} failed: "
+                                   f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
+        return proc
 
-    def _download(self, remote: str, workdir: Path) -> None:
-        names = " ".join(RESULT_FILES)
-        script = (f"cd {shlex.quote(remote)} && set -- && for f in {names}; do "
-                  f'[ -f "$f" ] && set -- "$@" "$f"; done; tar -cf - "$@"')
-        proc = self._ssh(script, self.config.transfer_timeout_s, "download", check=True)
+    def _fetch_and_remove(self, remote: str, workdir: Path) -> None:
+        """Bring back the result files as a tar and remove the job folder, in one session."""
+        q = shlex.quote(remote)
+        script = (f"cd {q} && set -- && for f in {' '.join(RESULT_FILES)}; do "
+                  f'[ -f "$f" ] && set -- "$@" "$f"; done; tar -cf - "$@"; status=$?; cd / && rm -rf {q}; exit $status')
+        proc = self._ssh(script, self.config.transfer_timeout_s, "fetch + clean", check=True)
         with tarfile.open(fileobj=io.BytesIO(proc.stdout), mode="r:") as tar:
             tar.extractall(workdir, filter="data")
 
-    def _remove(self, remote: str) -> list[str]:
-        """Remove a job folder; when that fails, remember it for the next job and say so."""
+    def _remove(self, remote: str) -> None:
+        """Remove a job folder; when that fails too, remember it and try before the next job."""
         try:
             self._ssh(f"rm -rf {shlex.quote(remote)}", CLEAN_TIMEOUT_S, "clean", check=True)
-            return []
-        except MeasurementError as e:
+        except MeasurementError:
             self._stale.append(remote)
-            return [f"could not remove {remote} on the device ({e}); it is removed before the next job"]
 
     def _clean_stale(self) -> None:
         stale, self._stale = self._stale, []
@@ -168,7 +193,7 @@ class SshDevice(Device):
                 return MeasurementError(f"ssh to {self.address} refused: {why} ({tail})")
         return TransportError(f"ssh to {self.address} failed during {step} (connection lost or refused): {tail}")
 
-    def _read(self, workdir: Path, code: int, notes: list[str]) -> JobResult:
+    def _read(self, workdir: Path, code: int) -> JobResult:
         if not (workdir / "result.json").exists():
             log = (workdir / "runner.log")
             tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
@@ -176,5 +201,4 @@ class SshDevice(Device):
         result = JobResult.read(workdir)
         if not result.document.get("ok"):
             raise MeasurementError(result.document.get("error", "runner failed"))
-        result.notes += notes
         return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,20 +116,28 @@ def _device_worker(queue: list[Task], settings: LatencySettings, progress: Progr
     def waiting(holder: dict) -> None:
         progress.info(escape(f"  {device.name} is busy ({describe(holder)}); waiting for it"))
 
-    for i, task in enumerate(queue):
-        if i and settings.cooldown_s:
-            time.sleep(settings.cooldown_s)
-        try:
-            with DeviceLock(device.lock_key, device.lock_timeout_s, on_wait=waiting):
-                task.result = measure(device, task.job, settings, task.workdir)
-        except MeasurementError as e:  # the lock timed out: another build kept the device
-            row = Latency(device=device.name, runtime=task.job.runtime, warmup=task.job.warmup,
-                          iterations=task.job.iterations, threads=task.job.threads, measured_at=now_utc())
-            row.notes.append(f"not measured: {e}")
-            task.result = Measurement(row, None)
-        if i and settings.cooldown_s:
-            task.result.latency.notes.append(f"{device.name} rested {settings.cooldown_s:g} s before this run")
-        progress.info(escape(f"  {task.label}: {summary(task.result.latency)}"))
+    try:
+        for i, task in enumerate(queue):
+            if i and settings.cooldown_s:
+                time.sleep(settings.cooldown_s)
+            task.result = _locked_measure(task, settings, waiting)
+            if i and settings.cooldown_s:
+                task.result.latency.notes.append(f"{device.name} rested {settings.cooldown_s:g} s before this run")
+            progress.info(escape(f"  {task.label}: {summary(task.result.latency)}"))
+    finally:
+        device.close()
+
+
+def _locked_measure(task: Task, settings: LatencySettings, waiting: Callable[[dict], None]) -> Measurement:
+    device = task.device
+    try:
+        with DeviceLock(device.lock_key, device.lock_timeout_s, on_wait=waiting):
+            return measure(device, task.job, settings, task.workdir)
+    except MeasurementError as e:  # the lock timed out: another build kept the device
+        row = Latency(device=device.name, runtime=task.job.runtime, warmup=task.job.warmup,
+                      iterations=task.job.iterations, threads=task.job.threads, measured_at=now_utc())
+        row.notes.append(f"not measured: {e}")
+        return Measurement(row, None)
 
 
 def summary(lat: Latency) -> str:

@@ -17,10 +17,16 @@ from edgeship.profile import LatencySettings
 from tests.devices.conftest import dropping_python
 
 
-def ssh_device(sshd, tmp_path: Path, name: str = "board", **extra):
-    path = tmp_path / f"{name}.toml"
-    path.write_text(sshd.device_toml(name, **extra))
-    return load_devices(path).device(name)
+@pytest.fixture
+def ssh_device(sshd, tmp_path: Path, request):
+    """A factory of ssh devices on the test sshd; their shared connections are closed afterwards."""
+    def make(name: str = "board", **extra):
+        path = tmp_path / f"{name}.toml"
+        path.write_text(sshd.device_toml(name, **extra))
+        device = load_devices(path).device(name)
+        request.addfinalizer(device.close)
+        return device
+    return make
 
 
 def job_for(artifact: Path, inputs: Path) -> Job:
@@ -33,46 +39,46 @@ def remote_jobs(sshd) -> list[Path]:
     return sorted(remote.iterdir()) if remote.exists() else []
 
 
-def test_ssh_device_check_reports_the_remote_python_and_runtimes(sshd, tmp_path) -> None:
-    report = ssh_device(sshd, tmp_path).check()
+def test_ssh_device_check_reports_the_remote_python_and_runtimes(sshd, ssh_device, tmp_path) -> None:
+    report = ssh_device().check()
     assert report.reachable and report.error is None, report
     assert sys.executable in report.facts["python"] and report.facts["free_disk_bytes"] > 0
     assert report.runtimes["onnxruntime"].startswith("1.") and report.runtimes["executorch"] == "1.5.1"
     assert remote_jobs(sshd) == []
 
 
-def test_ssh_run_job_returns_the_same_outputs_as_a_local_run_and_cleans_up(sshd, tmp_path, lite_model,
+def test_ssh_run_job_returns_the_same_outputs_as_a_local_run_and_cleans_up(sshd, ssh_device, tmp_path, lite_model,
                                                                             sample_inputs) -> None:
     job = job_for(lite_model, sample_inputs)
-    remote = ssh_device(sshd, tmp_path).run_job(job, tmp_path / "via-ssh")
+    remote = ssh_device().run_job(job, tmp_path / "via-ssh")
     local = LocalDevice().run_job(job, tmp_path / "local")
     assert remote.document["ok"] and len(remote.document["timings_ms"]) == 5
     np.testing.assert_array_equal(remote.outputs[0], local.outputs[0])
     assert remote.outputs[0].shape[0] == 6 and remote_jobs(sshd) == []
 
 
-def test_ssh_runner_refuses_an_artifact_whose_sha256_differs(sshd, tmp_path, lite_model, sample_inputs) -> None:
+def test_ssh_runner_refuses_an_artifact_whose_sha256_differs(sshd, ssh_device, tmp_path, lite_model, sample_inputs) -> None:
     job = job_for(lite_model, sample_inputs)
     job.sha256 = "0" * 64
     with pytest.raises(MeasurementError, match="does not match the expected") as info:
-        ssh_device(sshd, tmp_path).run_job(job, tmp_path / "w")
+        ssh_device().run_job(job, tmp_path / "w")
     assert not isinstance(info.value, TransportError) and remote_jobs(sshd) == []
 
 
-def test_ssh_refuses_a_device_whose_host_key_is_not_known(sshd, tmp_path, lite_model, sample_inputs) -> None:
+def test_ssh_refuses_a_device_whose_host_key_is_not_known(sshd, ssh_device, tmp_path, lite_model, sample_inputs) -> None:
     other = tmp_path / "other_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     wrong = tmp_path / "known_hosts"
     wrong.write_text(f"[127.0.0.1]:{sshd.port} {' '.join(Path(str(other) + '.pub').read_text().split()[:2])}\n")
-    device = ssh_device(sshd, tmp_path, known_hosts=str(wrong))
+    device = ssh_device(known_hosts=str(wrong))
     with pytest.raises(MeasurementError, match="host key") as info:
         device.run_job(job_for(lite_model, sample_inputs), tmp_path / "w")
     assert not isinstance(info.value, TransportError)  # retrying cannot fix a host key
     assert device.check().reachable is False
 
 
-def test_ssh_job_is_retried_after_the_connection_drops_mid_run(sshd, tmp_path, lite_model, sample_inputs) -> None:
-    device = ssh_device(sshd, tmp_path, python=str(dropping_python(tmp_path, times=1)), retries=2, backoff_s=0.1)
+def test_ssh_job_is_retried_after_the_connection_drops_mid_run(sshd, ssh_device, tmp_path, lite_model, sample_inputs) -> None:
+    device = ssh_device(python=str(dropping_python(tmp_path, times=1)), retries=2, backoff_s=0.1)
     delays: list[float] = []
     m = measure(device, job_for(lite_model, sample_inputs), LatencySettings(), tmp_path / "w", sleep=delays.append)
     assert m.latency.p50_ms > 0 and m.latency.attempts == 2 and delays == [0.1]
@@ -80,8 +86,8 @@ def test_ssh_job_is_retried_after_the_connection_drops_mid_run(sshd, tmp_path, l
     assert remote_jobs(sshd) == []
 
 
-def test_ssh_device_that_keeps_dropping_gets_a_failure_record(sshd, tmp_path, lite_model, sample_inputs) -> None:
-    device = ssh_device(sshd, tmp_path, python=str(dropping_python(tmp_path, times=99)), retries=2, backoff_s=0.1)
+def test_ssh_device_that_keeps_dropping_gets_a_failure_record(sshd, ssh_device, tmp_path, lite_model, sample_inputs) -> None:
+    device = ssh_device(python=str(dropping_python(tmp_path, times=99)), retries=2, backoff_s=0.1)
     delays: list[float] = []
     m = measure(device, job_for(lite_model, sample_inputs), LatencySettings(), tmp_path / "w", sleep=delays.append)
     lat = m.latency
