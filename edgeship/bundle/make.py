@@ -54,15 +54,7 @@ def make_bundles(inputs: BundleInputs) -> list[Bundle]:
 def make_bundle(platform: Platform, inputs: BundleInputs) -> Bundle:
     """Write ``<model>-<platform>.zip`` into the build folder (BundleError when nothing qualifies)."""
     sel = select(platform, inputs.settings, inputs.profile, inputs.results)
-    entries: dict[str, bytes | Path] = {}
-    artifacts = []
-    for row, variant in sel.chosen:
-        main, files = artifact_files(platform, inputs.build_dir, row)
-        entries.update(files)
-        artifacts.append({"variant": row.name, "backend": row.backend, "precision": row.precision,
-                          "quantization": row.quantization, "path": main, "sha256": row.sha256,
-                          "size_bytes": row.size_bytes,
-                          "runtime": runtime_needs(row, variant, inputs.results.toolchain)})
+    entries, artifacts = collect_artifacts(platform, inputs, sel)
     labels = read_labels(inputs)
     if labels:
         entries["labels.txt"] = ("\n".join(labels) + "\n").encode()
@@ -78,6 +70,21 @@ def make_bundle(platform: Platform, inputs: BundleInputs) -> Bundle:
     entries["README.md"] = readme(platform, inputs.results, sel, artifacts, dest.name).encode()
     write_zip(dest, entries, manifest(platform, inputs.results, sel, artifacts))
     return Bundle(dest, sel)
+
+
+def collect_artifacts(platform: Platform, inputs: BundleInputs,
+                      sel: Selection) -> tuple[dict[str, bytes | Path], list[dict[str, Any]]]:
+    """The chosen variants' files by zip path, and each artifact's model.json entry."""
+    entries: dict[str, bytes | Path] = {}
+    artifacts = []
+    for row, variant in sel.chosen:
+        main, files = artifact_files(platform, inputs.build_dir, row)
+        entries.update(files)
+        artifacts.append({"variant": row.name, "backend": row.backend, "precision": row.precision,
+                          "quantization": row.quantization, "path": main, "sha256": row.sha256,
+                          "size_bytes": row.size_bytes,
+                          "runtime": runtime_needs(row, variant, inputs.results.toolchain)})
+    return entries, artifacts
 
 
 def artifact_files(platform: Platform, build_dir: Path, row: VariantResult) -> tuple[str, dict[str, Path]]:
