@@ -130,3 +130,22 @@ def test_bundle_command_names_what_is_missing(capsys, two_device_build: Path, tm
     assert main(["bundle", "--target", str(root / "twodev.toml"), "--model", spec, "--out", str(two_device_build),
                  "--variants", "onnx-fp3"]) == 2
     assert 'did you mean "onnx-fp32"' in capsys.readouterr().err
+
+
+def test_artifact_files_copy_a_package_folder_file_by_file(tmp_path: Path) -> None:
+    from edgeship.bundle.make import artifact_files
+    from edgeship.bundle.platforms import PLATFORMS
+    from edgeship.results import VariantResult
+
+    package = tmp_path / "coreml-fp16" / "model.mlpackage"
+    (package / "Data" / "com.apple.CoreML").mkdir(parents=True)
+    (package / "Manifest.json").write_text("{}")
+    (package / "Data" / "com.apple.CoreML" / "model.mlmodel").write_bytes(b"spec")
+    (tmp_path / "coreml-fp16" / "lowering.log").write_text("not shipped")
+    row = VariantResult(name="coreml-fp16", backend="coreml", precision="fp16", file="coreml-fp16/model.mlpackage")
+    main_path, files = artifact_files(PLATFORMS["ios"], tmp_path, row)
+    assert main_path == "Models/coreml-fp16.mlpackage"
+    assert sorted(files) == ["Models/coreml-fp16.mlpackage/Data/com.apple.CoreML/model.mlmodel",
+                             "Models/coreml-fp16.mlpackage/Manifest.json"]
+    _, whole = artifact_files(PLATFORMS["jetson"], tmp_path, row.model_copy(update={"backend": "tensorrt"}))
+    assert not any(name.endswith("lowering.log") for name in whole)
