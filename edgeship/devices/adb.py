@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from edgeship.devices.base import Device, DeviceReport, Job, JobResult, MeasurementError, TransportError
+from edgeship.devices.base import DeviceReport, Job, JobResult, MeasurementError, RemoteDevice, TransportError
 from edgeship.devices.native import PROGRAMS
 from edgeship.errors import one_of
 
@@ -23,17 +23,10 @@ CONNECTION_ERRORS = ("device offline", "not found", "no devices", "error: closed
 PROPS = {"os": "ro.build.version.release", "arch": "ro.product.cpu.abi", "model": "ro.product.model"}
 
 
-class AdbDevice(Device):
+class AdbDevice(RemoteDevice):
     """Runs each job in a fresh folder under the device's ``workdir``, removed afterwards."""
 
     transport = "adb"
-
-    def __init__(self, name: str, config: Any) -> None:
-        super().__init__(name)
-        self.config = config
-        self.retries = config.retries
-        self.backoff_s = config.backoff_s
-        self.lock_timeout_s = config.lock_timeout_s
 
     @property
     def address(self) -> str:

@@ -126,6 +126,18 @@ class Device(ABC):
         return self.name
 
 
+class RemoteDevice(Device):
+    """A device reached through a transport, with the retry, backoff and lock settings of its
+    devices.toml entry (``config``: a RemoteSettings model)."""
+
+    def __init__(self, name: str, config: Any) -> None:
+        super().__init__(name)
+        self.config = config
+        self.retries = config.retries
+        self.backoff_s = config.backoff_s
+        self.lock_timeout_s = config.lock_timeout_s
+
+
 def probe_report(device: "Device", stdout: str) -> DeviceReport:
     """A DeviceReport from the JSON that probe.py printed on the device."""
     try:

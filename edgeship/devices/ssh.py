@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from edgeship.devices.base import (PROBE, RUNNER, Device, DeviceReport, Job, JobResult, MeasurementError,
+from edgeship.devices.base import (PROBE, RUNNER, DeviceReport, Job, JobResult, MeasurementError, RemoteDevice,
                                    TransportError, probe_report)
 
 RESULT_FILES = ("result.json", "outputs.npz", "runner.log")
@@ -42,17 +42,13 @@ NOT_RETRYABLE = {"Host key verification failed": "its host key is not in known_h
                  "Permission denied": "it refused the key"}
 
 
-class SshDevice(Device):
+class SshDevice(RemoteDevice):
     """Runs each job in a fresh folder under the device's ``workdir`` with the device's Python."""
 
     transport = "ssh"
 
     def __init__(self, name: str, config: Any) -> None:
-        super().__init__(name)
-        self.config = config
-        self.retries = config.retries
-        self.backoff_s = config.backoff_s
-        self.lock_timeout_s = config.lock_timeout_s
+        super().__init__(name, config)
         self._stale: list[str] = []
 
     @property

@@ -56,7 +56,7 @@ def dropping_python(folder: Path, times: int) -> Path:
 
 
 @pytest.fixture
-def lite_model(tiny_model, tmp_path: Path) -> Path:
+def ptl(tiny_model, tmp_path: Path) -> Path:
     """The tiny test model as a lite-interpreter artifact (.ptl)."""
     import torch
 
@@ -67,7 +67,8 @@ def lite_model(tiny_model, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def sample_inputs(tmp_path: Path) -> Path:
+def inputs(tmp_path: Path) -> Path:
+    """Five random samples for the tiny model, as a runner's inputs .npz."""
     path = tmp_path / "inputs.npz"
-    np.savez(path, image=np.random.default_rng(0).random((6, 3, 16, 16), dtype=np.float32))
+    np.savez(path, image=np.random.default_rng(0).random((5, 3, 16, 16), dtype=np.float32))
     return path

@@ -15,21 +15,6 @@ from edgeship.devices.base import RUNNER, MeasurementError
 from edgeship.model import sha256_file
 
 
-@pytest.fixture
-def ptl(tiny_model, tmp_path: Path) -> Path:
-    traced = torch.jit.freeze(torch.jit.trace(tiny_model.module, tiny_model.example_inputs))
-    path = tmp_path / "model.ptl"
-    traced._save_for_lite_interpreter(str(path))
-    return path
-
-
-@pytest.fixture
-def inputs(tmp_path: Path) -> Path:
-    path = tmp_path / "inputs.npz"
-    np.savez(path, image=np.random.default_rng(0).random((5, 3, 16, 16), dtype=np.float32))
-    return path
-
-
 def _job(artifact: Path, inputs: Path, sha: str | None, runtime: str = "pytorch-mobile") -> Job:
     return Job(runtime=runtime, artifact=artifact, sha256=sha, inputs=inputs, input_names=["image"],
                batch=1, warmup=1, iterations=5, threads=1, timeout_s=120)

@@ -47,49 +47,49 @@ def test_ssh_device_check_reports_the_remote_python_and_runtimes(sshd, ssh_devic
     assert remote_jobs(sshd) == []
 
 
-def test_ssh_run_job_returns_the_same_outputs_as_a_local_run_and_cleans_up(sshd, ssh_device, tmp_path, lite_model,
-                                                                            sample_inputs) -> None:
-    job = job_for(lite_model, sample_inputs)
+def test_ssh_run_job_returns_the_same_outputs_as_a_local_run_and_cleans_up(sshd, ssh_device, tmp_path, ptl,
+                                                                            inputs) -> None:
+    job = job_for(ptl, inputs)
     remote = ssh_device().run_job(job, tmp_path / "via-ssh")
     local = LocalDevice().run_job(job, tmp_path / "local")
     assert remote.document["ok"] and len(remote.document["timings_ms"]) == 5
     np.testing.assert_array_equal(remote.outputs[0], local.outputs[0])
-    assert remote.outputs[0].shape[0] == 6 and remote_jobs(sshd) == []
+    assert remote.outputs[0].shape[0] == 5 and remote_jobs(sshd) == []
 
 
-def test_ssh_runner_refuses_an_artifact_whose_sha256_differs(sshd, ssh_device, tmp_path, lite_model, sample_inputs) -> None:
-    job = job_for(lite_model, sample_inputs)
+def test_ssh_runner_refuses_an_artifact_whose_sha256_differs(sshd, ssh_device, tmp_path, ptl, inputs) -> None:
+    job = job_for(ptl, inputs)
     job.sha256 = "0" * 64
     with pytest.raises(MeasurementError, match="does not match the expected") as info:
         ssh_device().run_job(job, tmp_path / "w")
     assert not isinstance(info.value, TransportError) and remote_jobs(sshd) == []
 
 
-def test_ssh_refuses_a_device_whose_host_key_is_not_known(sshd, ssh_device, tmp_path, lite_model, sample_inputs) -> None:
+def test_ssh_refuses_a_device_whose_host_key_is_not_known(sshd, ssh_device, tmp_path, ptl, inputs) -> None:
     other = tmp_path / "other_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
     wrong = tmp_path / "known_hosts"
     wrong.write_text(f"[127.0.0.1]:{sshd.port} {' '.join(Path(str(other) + '.pub').read_text().split()[:2])}\n")
     device = ssh_device(known_hosts=str(wrong))
     with pytest.raises(MeasurementError, match="host key") as info:
-        device.run_job(job_for(lite_model, sample_inputs), tmp_path / "w")
+        device.run_job(job_for(ptl, inputs), tmp_path / "w")
     assert not isinstance(info.value, TransportError)  # retrying cannot fix a host key
     assert device.check().reachable is False
 
 
-def test_ssh_job_is_retried_after_the_connection_drops_mid_run(sshd, ssh_device, tmp_path, lite_model, sample_inputs) -> None:
+def test_ssh_job_is_retried_after_the_connection_drops_mid_run(sshd, ssh_device, tmp_path, ptl, inputs) -> None:
     device = ssh_device(python=str(dropping_python(tmp_path, times=1)), retries=2, backoff_s=0.1)
     delays: list[float] = []
-    m = measure(device, job_for(lite_model, sample_inputs), LatencySettings(), tmp_path / "w", sleep=delays.append)
+    m = measure(device, job_for(ptl, inputs), LatencySettings(), tmp_path / "w", sleep=delays.append)
     assert m.latency.p50_ms > 0 and m.latency.attempts == 2 and delays == [0.1]
-    assert "attempt 1 failed: ssh to" in m.latency.notes[0] and m.outputs.shape[0] == 6
+    assert "attempt 1 failed: ssh to" in m.latency.notes[0] and m.outputs.shape[0] == 5
     assert remote_jobs(sshd) == []
 
 
-def test_ssh_device_that_keeps_dropping_gets_a_failure_record(sshd, ssh_device, tmp_path, lite_model, sample_inputs) -> None:
+def test_ssh_device_that_keeps_dropping_gets_a_failure_record(sshd, ssh_device, tmp_path, ptl, inputs) -> None:
     device = ssh_device(python=str(dropping_python(tmp_path, times=99)), retries=2, backoff_s=0.1)
     delays: list[float] = []
-    m = measure(device, job_for(lite_model, sample_inputs), LatencySettings(), tmp_path / "w", sleep=delays.append)
+    m = measure(device, job_for(ptl, inputs), LatencySettings(), tmp_path / "w", sleep=delays.append)
     lat = m.latency
     assert m.outputs is None and lat.attempts == 3 and delays == [0.1, 0.2]
     assert lat.p50_ms is None and lat.mean_ms is None and lat.cv is None
