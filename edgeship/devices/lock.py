@@ -52,31 +52,38 @@ class DeviceLock:
         self._file: IO[str] | None = None
 
     def __enter__(self) -> "DeviceLock":
-        import fcntl
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         f = open(self.path, "a+")
-        deadline = time.monotonic() + self.timeout_s
-        waited = False
-        while True:
-            try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not waited and self.on_wait:
-                    self.on_wait(holder(self.path))
-                waited = True
-                if time.monotonic() > deadline:
-                    f.close()
-                    raise MeasurementError(f"device {self.key} stayed busy for {self.timeout_s:.0f} s "
-                                           f"(held by {describe(holder(self.path))})") from None
-                time.sleep(POLL_S)
+        try:
+            self._acquire(f)
+        except BaseException:
+            f.close()
+            raise
         f.seek(0)
         f.truncate()
         f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}))
         f.flush()
         self._file = f
         return self
+
+    def _acquire(self, f: IO[str]) -> None:
+        """flock the file, polling while another process holds it, until ``timeout_s``."""
+        import fcntl
+
+        deadline = time.monotonic() + self.timeout_s
+        waited = False
+        while True:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if not waited and self.on_wait:
+                    self.on_wait(holder(self.path))
+                waited = True
+                if time.monotonic() > deadline:
+                    raise MeasurementError(f"device {self.key} stayed busy for {self.timeout_s:.0f} s "
+                                           f"(held by {describe(holder(self.path))})") from None
+                time.sleep(POLL_S)
 
     def __exit__(self, *exc: object) -> None:
         import fcntl
