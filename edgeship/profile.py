@@ -194,6 +194,7 @@ def check_backend_options(profile: Profile, source: str) -> None:
             problems.append(f"{where}.precision = \"{v.precision}\": backend {v.backend} supports "
                             f"{one_of(backend.precisions)}")
         problems.extend(f"{where}.options: {p}" for p in backend.option_problems(v.options))
+        problems.extend(f"{where}: {p}" for p in backend.variant_problems(v.precision, v.options))
         problems.extend(f"{where}: {p}" for p in quantization_problems(v, backend.quantization))
         methods = v.capture or profile.capture.methods
         if not set(methods) & set(backend.capture_methods):

@@ -60,6 +60,11 @@ class Backend:
         return check(options, cls.Options)[1]
 
     @classmethod
+    def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        """Combinations of precision and options this backend cannot build (checked at plan time)."""
+        return []
+
+    @classmethod
     def parse_options(cls, options: dict[str, Any]) -> Any:
         parsed, problems = check(options, cls.Options)
         if problems:

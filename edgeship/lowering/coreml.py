@@ -33,7 +33,6 @@ class CoremlOptions(StrictModel):
         "ALL", description="Compute units Core ML may use when the package is loaded and timed.")
     weight_mode: Literal["linear_symmetric", "linear"] = Field(
         "linear_symmetric", description="int8 weight quantization mode (w8 and int8 precisions).")
-    calibration_samples: int = Field(64, ge=1, description="Calibration samples for int8 (w8a8) activation ranges.")
 
 
 @register
@@ -78,11 +77,12 @@ class CoremlBackend(Backend):
             raise LoweringError(f"int8 (w8a8) Core ML needs minimum_deployment_target of "
                                 f"{', '.join(W8A8_MIN_TARGETS)}; the variant asks for {target}")
         if request.calibration is None:
-            raise LoweringError("int8 (w8a8) needs calibration data: add [data] calibration to the model spec")
-        data = request.calibration().take(request.options.calibration_samples)
+            raise LoweringError("int8 (w8a8) needs calibration data (the build provides it for static int8)")
+        data = request.calibration()
         module = activation_quantized(request.captured.model.module, request.captured.example_inputs, data)
-        notes.append(f"w8a8: coremltools.optimize.torch LinearQuantizer, symmetric, calibrated on {len(data)} samples")
-        return _convertible(_recapture(module, request.captured), request.captured.method)
+        notes.append(f"w8a8: coremltools.optimize.torch LinearQuantizer, symmetric, calibrated on {len(data)} "
+                     "samples; the quantized module is captured by jit.trace")
+        return _recapture(module, request.captured)
 
 
 def _convertible(program: Any, method: str) -> Any:
@@ -91,10 +91,10 @@ def _convertible(program: Any, method: str) -> Any:
 
 
 def _recapture(module: Any, captured: Any) -> Any:
+    """The fake-quantized module, traced: torch.export cannot trace quantized tensors
+    ("quantized nyi in meta tensors"), and coremltools converts the traced form."""
     import torch
 
-    if captured.method == "export":
-        return torch.export.export(module, captured.example_inputs)
     return torch.jit.trace(module, captured.example_inputs)
 
 

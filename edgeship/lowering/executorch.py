@@ -1,4 +1,5 @@
-"""ExecuTorch: a ``.pte`` program, delegated to XNNPACK (or portable operators only, on request)."""
+"""ExecuTorch: a ``.pte`` program, delegated to XNNPACK, to Core ML (for Apple devices), or
+portable operators only, on request."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -9,6 +10,7 @@ from edgeship.config import StrictModel
 from edgeship.fsutil import atomic_write_bytes
 from edgeship.lowering import register
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
+from edgeship.lowering.coreml import DEPLOYMENT_TARGETS
 from edgeship.quantize.executorch import SUPPORT as EXECUTORCH_QUANTIZATION, quantize_pt2e
 
 
@@ -22,18 +24,35 @@ class ExecutorchBackend(Backend):
     class Options(StrictModel):
         """Options of the executorch backend."""
 
-        partitioner: Literal["xnnpack", "portable"] = Field(
-            "xnnpack", description="xnnpack delegates what XNNPACK runs; portable keeps ExecuTorch's portable operators.")
+        partitioner: Literal["xnnpack", "coreml", "portable"] = Field(
+            "xnnpack", description="xnnpack delegates what XNNPACK runs; coreml delegates to Core ML (Apple "
+                                   "devices; fp16 or fp32); portable keeps ExecuTorch's portable operators.")
+        minimum_deployment_target: Literal[DEPLOYMENT_TARGETS] = Field(  # type: ignore[valid-type]
+            "iOS16", description="With partitioner coreml: the oldest OS the delegated program runs on.")
+        compute_units: Literal["ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE"] = Field(
+            "ALL", description="With partitioner coreml: compute units Core ML may use.")
+
+    precisions = ("fp32", "fp16", "int8")
+    quantization = EXECUTORCH_QUANTIZATION
+
+    @classmethod
+    def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        partitioner = options.get("partitioner", "xnnpack")
+        if precision == "fp16" and partitioner != "coreml":
+            return ['precision "fp16" needs options.partitioner = "coreml" (XNNPACK and portable run fp32 or int8)']
+        if precision == "int8" and partitioner == "coreml":
+            return ['precision "int8" quantizes for XNNPACK (PT2E); with partitioner "coreml" use fp16 or fp32']
+        return []
 
     def available(self, options: Any = None) -> str | None:
+        if options is not None and options.partitioner == "coreml":
+            return ("the ExecuTorch Core ML delegate runs only on Apple platforms (this runtime has no "
+                    "CoreMLBackend); measure on a Mac or iPhone")
         try:
             require("executorch.runtime", self.name)
         except Exception as e:
             return str(e)
         return None
-
-    precisions = ("fp32", "int8")
-    quantization = EXECUTORCH_QUANTIZATION
 
     def lower(self, request: LowerRequest) -> Artifact:
         exir = require("executorch.exir", self.name)
@@ -41,21 +60,37 @@ class ExecutorchBackend(Backend):
         if request.variant.precision == "int8":
             program, quantized = quantize_pt2e(request)
             notes, details = list(quantized.notes), {"quantization": quantized.details}
-        partitioners = self._partitioners(request.options)
+        partitioners = self._partitioners(request.options, request.variant.precision)
         edge = exir.to_edge_transform_and_lower(program, partitioner=partitioners)
         details = {**delegation_details(edge.exported_program().graph_module), **details}
         atomic_write_bytes(request.dest, edge.to_executorch().buffer)
         if details["non_delegated_ops"] and partitioners:
-            notes.append("not delegated to XNNPACK (portable kernels): " + ", ".join(details["non_delegated_ops"]))
+            notes.append(f"not delegated to {request.options.partitioner} (portable kernels): "
+                         + ", ".join(details["non_delegated_ops"]))
         return Artifact(request.dest, notes, details)
 
     @staticmethod
-    def _partitioners(options: Any) -> list[Any]:
+    def _partitioners(options: Any, precision: str) -> list[Any]:
         if options.partitioner == "portable":
             return []
+        if options.partitioner == "coreml":
+            return [coreml_partitioner(options, precision)]
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
         return [XnnpackPartitioner()]
+
+
+def coreml_partitioner(options: Any, precision: str) -> Any:
+    """ExecuTorch's Core ML partitioner with the deployment target, compute units and precision."""
+    import coremltools as ct
+    from executorch.backends.apple.coreml.compiler import CoreMLBackend
+    from executorch.backends.apple.coreml.partition import CoreMLPartitioner
+
+    specs = CoreMLBackend.generate_compile_specs(
+        compute_precision=ct.precision.FLOAT16 if precision == "fp16" else ct.precision.FLOAT32,
+        minimum_deployment_target=getattr(ct.target, options.minimum_deployment_target),
+        compute_unit=getattr(ct.ComputeUnit, options.compute_units))
+    return CoreMLPartitioner(compile_specs=specs)
 
 
 def delegation_details(graph_module: Any) -> dict[str, Any]:

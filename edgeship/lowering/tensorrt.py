@@ -26,6 +26,7 @@ from edgeship.fsutil import atomic_write_text
 from edgeship.lowering import register
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
 from edgeship.lowering.onnx import export_onnx, graph_details
+from edgeship.quantize.settings import QuantizationSupport
 
 # Highest ONNX opset each TensorRT release's parser takes (onnx-tensorrt docs/operators.md).
 MAX_OPSET = {"8.5": 17, "8.6": 17, "10.3": 20, "10.7": 20}
@@ -58,6 +59,11 @@ class TensorrtOptions(StrictModel):
         return self.opset if self.opset is not None else min(MAX_OPSET[self.tensorrt_version], 18)
 
 
+QUANTIZATION = QuantizationSupport(schemes=("static",), methods=("minmax", "percentile", "entropy"),
+                                  default_method="minmax",
+                                  engines="TensorRT explicit quantization (ONNX Runtime QDQ, S8S8)")
+
+
 @register
 class TensorrtBackend(Backend):
     name = "tensorrt"
@@ -65,6 +71,7 @@ class TensorrtBackend(Backend):
     runtime = "tensorrt"
     capture_methods = ("export", "trace", "script")
     precisions = ("fp32", "fp16", "int8")
+    quantization = QUANTIZATION
     Options = TensorrtOptions
 
     def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
@@ -110,16 +117,18 @@ class TensorrtBackend(Backend):
 
     @staticmethod
     def _quantize(request: LowerRequest, fp32: Path) -> Any:
+        """Symmetric int8 activations and weights (zero points 0), float biases: the Q/DQ forms
+        TensorRT's parser takes (its DequantizeLinear reads int8 with a zero point of 0)."""
         from edgeship.quantize.onnx import quantize_qdq
+        from edgeship.quantize.settings import QuantizationSettings
 
         if request.calibration is None:
             raise LoweringError("int8 needs calibration data: add [data] calibration to the model spec")
-        settings = getattr(request.variant, "quantization", None)
+        settings = request.variant.quantization or QuantizationSettings()
         return quantize_qdq(fp32, request.dest, request.calibration(), activations="int8-symmetric",
-                            per_channel=True if settings is None else settings.per_channel,
-                            method="minmax" if settings is None or settings.method is None else settings.method,
-                            sensitivity=False if settings is None else settings.sensitivity,
-                            cache=getattr(request, "cache", None))
+                            per_channel=settings.per_channel, method=settings.method or QUANTIZATION.default_method,
+                            percentile=settings.percentile, keep_float=settings.keep_float,
+                            sensitivity=settings.sensitivity, cache=request.cache, quantize_bias=False)
 
 
 def simplify(path: Path, notes: list[str]) -> None:

@@ -42,9 +42,8 @@ def test_coreml_w8_quantizes_weights_to_int8(coreml_lower) -> None:
 def test_coreml_w8a8_calibrates_and_adds_quantize_ops(coreml_lower, tiny_spec, tiny_project) -> None:
     from edgeship.calibration import load_dataset
 
-    data = load_dataset(tiny_project / "calib.npz", tiny_spec, "calibration")
-    artifact = coreml_lower("trace", precision="int8", calibration=lambda: data,
-                            minimum_deployment_target="iOS17", calibration_samples=8)
+    data = load_dataset(tiny_project / "calib.npz", tiny_spec, "calibration").take(8)
+    artifact = coreml_lower("export", precision="int8", calibration=lambda: data, minimum_deployment_target="iOS17")
     assert artifact.details["operators"].get("quantize", 0) > 0
     assert any("calibrated on 8 samples" in n for n in artifact.notes)
 

@@ -55,6 +55,7 @@ def test_tensorrt_int8_is_symmetric_qdq_with_per_channel_weights(tiny_model, tin
     assert all(not onnx.numpy_helper.to_array(z).any() for z in zero_points)  # symmetric: zero points 0
     assert any(onnx.numpy_helper.to_array(i).ndim == 1 and i.name.endswith("scale") and
                onnx.numpy_helper.to_array(i).size > 1 for i in model.graph.initializer)  # per-channel scales
+    assert not [i for i in model.graph.initializer if i.data_type == onnx.TensorProto.INT32]  # float biases
     assert "--int8" in artifact.details["trtexec"]
     proxy = backend.job_options(request.options, "int8")["proxy"]
     assert proxy["options"]["graph_optimization"] == "disabled" and proxy["label"] == "onnxruntime (host proxy)"
