@@ -25,7 +25,8 @@ def check_host_results(results: dict, min_top1: float | None) -> None:
         assert row["accuracy"]["samples"] > 0 and row["latency"][0]["device"] == "host"
         assert row["latency"][0]["p50_ms"] > 0 and row["gates"]["passed"], row
         if row["backend"] != "eager":
-            assert row["accuracy"]["sqnr_db"] >= 60 and row["size_bytes"] > 0 and len(row["sha256"]) == 64
+            min_sqnr = 20 if row["precision"] == "int8" else 60  # host.toml's int8 ONNX variant
+            assert row["accuracy"]["sqnr_db"] >= min_sqnr and row["size_bytes"] > 0 and len(row["sha256"]) == 64
     if min_top1 is not None:
         assert rows[0]["accuracy"]["top1"] >= min_top1
 

@@ -99,3 +99,22 @@ def test_cli_unknown_device_without_devices_file_exits_2(capsys) -> None:
 def test_cli_module_callable_without_input_shape_exits_2(capsys) -> None:
     code, _, err = run(capsys, "build", "--target", "host", "--model", "tests.models.tinynet:build")
     assert code == 2 and "--input-shape" in err and "Traceback" not in err
+
+
+def test_cli_op_the_converter_cannot_take_fails_that_variant_only(capsys, tmp_path) -> None:
+    variants = textwrap.dedent("""
+        [[variants]]
+        name = "cm"
+        backend = "coreml"
+        precision = "fp16"
+
+        [[variants]]
+        name = "lite"
+        backend = "pytorch-mobile"
+        """)
+    out_dir = tmp_path / "out"
+    code, _, err = run(capsys, "build", "--target", str(write_profile(tmp_path, variants)), "--model",
+                       "tests.models.tinynet:build_inverse", "--input-shape", "1,4,4", "--out", str(out_dir))
+    rows = {v["name"]: v for v in json.loads((out_dir / "results.json").read_text())["variants"]}
+    assert code == 3 and "linalg_inv" in rows["cm"]["error"] and "lower cm" in err
+    assert rows["lite"]["file"] and rows["lite"]["gates"]["passed"]

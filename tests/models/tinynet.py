@@ -66,3 +66,14 @@ def build_uncapturable() -> Uncapturable:
 
 def not_a_module() -> str:
     return "not a module"
+
+
+class Inverse(nn.Module):
+    """A matrix inverse: TorchScript runs it, Core ML's converter has no lowering for it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.inv(x + 4 * torch.eye(x.shape[-1])).sum(-1)
+
+
+def build_inverse() -> Inverse:
+    return Inverse()
