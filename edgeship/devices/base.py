@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 
 RUNNER = Path(__file__).resolve().parent / "runner.py"
+# What goes to a device beside each job: the runner, and the TensorRT engine builder it imports.
+RUNNER_FILES = {"runner.py": RUNNER, "tensorrt_engine.py": RUNNER.parent / "tensorrt_engine.py"}
 PROBE = Path(__file__).resolve().parent / "probe.py"
 
 

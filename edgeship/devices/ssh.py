@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from edgeship.devices.base import (PROBE, RUNNER, DeviceReport, Job, JobResult, MeasurementError, RemoteDevice,
+from edgeship.devices.base import (PROBE, RUNNER, RUNNER_FILES, DeviceReport, Job, JobResult, MeasurementError, RemoteDevice,
                                    TransportError, probe_report)
 
 RESULT_FILES = ("result.json", "outputs.npz", "runner.log")
@@ -120,7 +120,7 @@ class SshDevice(RemoteDevice):
         return probe_report(self, proc.stdout.decode(errors="replace"))
 
     def _job_files(self, job: Job, workdir: Path) -> dict[str, Path]:
-        files = {"runner.py": RUNNER, "inputs.npz": job.inputs}
+        files = {**RUNNER_FILES, "inputs.npz": job.inputs}
         artifact = None
         if job.artifact is not None:
             artifact = job.artifact.name
