@@ -87,6 +87,7 @@ def main() -> int:
         try:
             report(remote, folder, args)
         finally:
+            remote.close()
             if server is not None:
                 server.stop()
     return 0
