@@ -8,7 +8,7 @@ DEVICES ?=
 DEVICE ?=
 
 .DEFAULT_GOAL := build
-.PHONY: build setup test test-slow test-all bench clean
+.PHONY: build setup test test-slow test-all bench bench-quant clean
 
 # The sentinel is rebuilt when .venv is missing or pyproject.toml changed.
 $(VENV)/.installed: pyproject.toml
@@ -33,6 +33,9 @@ test-all: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.installed
+	$(BIN)/python benchmarks/quantization.py
+
+bench-quant: $(VENV)/.installed
 	$(BIN)/python benchmarks/quantization.py
 
 clean:

@@ -34,6 +34,8 @@ class OnnxOptions(StrictModel):
         "all", description="ONNX Runtime graph optimization level when the artifact is run.")
     activations: Literal["uint8", "int8-symmetric"] = Field(
         "uint8", description="int8 static: uint8 activations (U8S8, fast on CPUs) or symmetric int8 (S8S8, TensorRT's form).")
+    reduce_range: bool | None = Field(
+        None, description="int8 static: 7-bit weights; unset: on for uint8 activations (x86 kernels without VNNI saturate otherwise).")
 
 
 @register
@@ -82,6 +84,7 @@ def lower_int8(request: LowerRequest) -> Any:
             return quantize_dynamic_onnx(fp32, request.dest, per_channel=settings.per_channel)
         data = request.calibration().take(settings.samples, settings.seed or 0)
         return quantize_qdq(fp32, request.dest, data, activations=request.options.activations,
+                            reduce_range=request.options.reduce_range,
                             per_channel=settings.per_channel, method=settings.method or ONNX_QUANTIZATION.default_method,
                             percentile=settings.percentile, keep_float=settings.keep_float,
                             sensitivity=settings.sensitivity, cache=request.cache)

@@ -32,11 +32,13 @@ class Quantized:
         """Details plus the standard note: scheme, engine, method, samples, weights, cache."""
         details = {"scheme": scheme, "engine": engine, **facts}
         parts = [f"int8 {scheme}: {engine}"]
-        if facts.get("method"):
-            parts.append(f"{facts['method']} calibration on {facts.get('samples')} samples")
-        if "per_channel" in facts:
-            parts.append("per-channel weights" if facts["per_channel"] else "per-tensor weights")
         calibration = facts.get("calibration") or {}
+        if facts.get("method"):
+            source = f" ({calibration['data']})" if calibration.get("data") else ""
+            parts.append(f"{facts['method']} calibration on {facts.get('samples')} samples{source}")
+        if "per_channel" in facts:
+            parts.append(("per-channel" if facts["per_channel"] else "per-tensor")
+                         + (" 7-bit weights" if facts.get("reduce_range") else " weights"))
         if calibration.get("cache"):
             parts.append(f"calibration cache {calibration['cache']}")
         if facts.get("kept_float"):
@@ -92,3 +94,14 @@ def sensitivity_summary(layers: list[LayerSensitivity], folder: Path, samples: i
                     "worst first", "samples": samples, "layers": rows}, indent=1) + "\n")
     return {"file": SENSITIVITY_FILE, "samples": samples, "layers": len(rows),
             "worst": rows[:SENSITIVITY_IN_DETAILS]}
+
+
+def sensitivity_and_fallback(wanted: bool, keep_float: int, data: Any, batch: tuple[int, bool], folder: Path,
+                             measure: Callable[[Any, int], list[LayerSensitivity]]) -> tuple[Any, list[str]]:
+    """The sensitivity report (when ``wanted``, or needed by ``keep_float``) and the ``keep_float``
+    worst layers. ``measure(samples, batch)`` compares the layers; ``batch`` is (size, any size works)."""
+    if not (wanted or keep_float):
+        return None, []
+    sample = data.take(SENSITIVITY_SAMPLES, seed=0)
+    layers = measure(sample, min(batch[0], len(sample)) if batch[1] else batch[0])
+    return sensitivity_summary(layers, folder, len(sample)), [s.layer for s in worst_first(layers)[:keep_float]]

@@ -11,9 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from edgeship.quantize.common import (
-    SENSITIVITY_SAMPLES, LayerSensitivity, Quantized, sensitivity_summary, sqnr_of, worst_first)
-from edgeship.quantize.observers import calibrate_observers, tensors_sha256
+from edgeship.quantize.common import LayerSensitivity, Quantized, sensitivity_and_fallback, sqnr_of
+from edgeship.quantize.observers import CALIBRATION_BATCH, calibrate_observers, tensors_sha256
 from edgeship.quantize.settings import QuantizationSettings, QuantizationSupport
 
 SUPPORT = QuantizationSupport(schemes=("static", "dynamic"), methods=("histogram", "minmax"),
@@ -42,31 +41,42 @@ def _static(request: Any, settings: QuantizationSettings) -> tuple[Any, Quantize
     captured = request.captured
     method = settings.method or SUPPORT.default_method
     data = request.calibration().take(settings.samples, settings.seed or 0)
-    batch = int(captured.example_inputs[0].shape[0])
+    program, batch = calibration_program(captured)
     key = {"kind": "pt2e-xnnpack", "weights_sha256": tensors_sha256(captured.model.module), "method": method,
            "per_channel": settings.per_channel}
-    prepared, converted, facts = _calibrate_and_convert(captured, settings, method, [], data, batch, request.cache, key)
-    report, excluded = None, []
-    if settings.sensitivity or settings.keep_float:
-        sample = data.take(SENSITIVITY_SAMPLES, seed=0)
-        layers = layer_sensitivity(prepared, converted, sample, batch)
-        report = sensitivity_summary(layers, request.dest.parent, len(sample))
-        excluded = [s.layer for s in worst_first(layers)[:settings.keep_float]]
+    convert = lambda excluded, key: _calibrate_and_convert(  # noqa: E731
+        program, settings.per_channel, method, excluded, data, batch, request.cache, key)
+    prepared, converted, facts = convert([], key)
+    measure = lambda sample, size: layer_sensitivity(prepared, converted, sample, size)  # noqa: E731
+    report, excluded = sensitivity_and_fallback(settings.sensitivity, settings.keep_float, data, batch,
+                                                request.dest.parent, measure)
     if excluded:
-        _, converted, facts = _calibrate_and_convert(captured, settings, method, excluded, data, batch,
-                                                     request.cache, {**key, "kept_float": excluded})
+        _, converted, facts = convert(excluded, {**key, "kept_float": excluded})
     return _export(converted, captured.example_inputs), Quantized.describe(
         "static", "XNNPACK int8 (PT2E, XNNPACKQuantizer)", method=method, samples=len(data),
-        per_channel=settings.per_channel, kept_float=excluded, calibration=facts, sensitivity=report)
+        per_channel=settings.per_channel, kept_float=excluded, sensitivity=report,
+        calibration={**facts, "data": data.source})
 
 
-def _calibrate_and_convert(captured: Any, settings: QuantizationSettings, method: str, excluded: list[str],
-                           data: Any, batch: int, cache: Any, key: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+def calibration_program(captured: Any) -> tuple[Any, tuple[int, bool]]:
+    """The program to quantize and its calibration batch: exported with a free batch dimension when
+    the model allows it (observers cost per call, so 32 samples a call calibrate far faster), else
+    the variant's own capture at the model's batch size. The result is exported again at that size."""
+    from edgeship.pipeline.capture import capture_export
+
+    try:
+        return capture_export(captured.model, True, []), (CALIBRATION_BATCH, True)
+    except Exception:  # batch-specific code: calibrate at the model's own batch size
+        return captured.program, (int(captured.example_inputs[0].shape[0]), False)
+
+
+def _calibrate_and_convert(program: Any, per_channel: bool, method: str, excluded: list[str], data: Any,
+                           batch: tuple[int, bool], cache: Any, key: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
     """prepare_pt2e, calibrate (or restore from the cache), convert_pt2e; the float reference too."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    prepared = prepare_pt2e(captured.program.module(), xnnpack_quantizer(settings.per_channel, method, excluded))
-    facts = calibrate_observers(prepared, data, batch, cache, key)
+    prepared = prepare_pt2e(program.module(), xnnpack_quantizer(per_channel, method, excluded))
+    facts = calibrate_observers(prepared, data, batch[0], cache, key, flexible=batch[1])
     reference = copy.deepcopy(prepared)  # float numerics with batch norm folded, as convert sees it
     return reference, convert_pt2e(prepared), facts
 

@@ -13,9 +13,9 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
-from edgeship.quantize.common import (
-    SENSITIVITY_SAMPLES, LayerSensitivity, Quantized, sensitivity_summary, sqnr_of, worst_first)
-from edgeship.quantize.observers import calibrate_observers, run_samples, tensors_sha256
+from edgeship.quantize.common import LayerSensitivity, Quantized, sensitivity_and_fallback, sqnr_of
+from edgeship.quantize.observers import (
+    CALIBRATION_BATCH, calibrate_observers, run_samples, takes_any_batch, tensors_sha256)
 from edgeship.quantize.settings import QuantizationSettings, QuantizationSupport
 
 SUPPORT = QuantizationSupport(schemes=("static", "dynamic"), methods=("histogram", "minmax"),
@@ -61,33 +61,31 @@ def _static(request: Any, settings: QuantizationSettings, engine: str) -> tuple[
     module, example = request.captured.model.module, request.captured.example_inputs
     method = settings.method or SUPPORT.default_method
     data = request.calibration().take(settings.samples, settings.seed or 0)
-    batch = int(example[0].shape[0])
+    flexible = takes_any_batch(module, example)  # FX graphs keep the module's batch freedom
+    batch = (CALIBRATION_BATCH if flexible else int(example[0].shape[0]), flexible)
     key = {"kind": "fx-static", "engine": engine, "weights_sha256": tensors_sha256(module), "method": method,
            "per_channel": settings.per_channel}
     quantized, facts = _calibrate_and_convert(module, example, qconfig_mapping(engine, method, settings.per_channel, []),
                                               data, batch, request.cache, key)
-    report, excluded = None, []
-    if settings.sensitivity or settings.keep_float:
-        sample = data.take(SENSITIVITY_SAMPLES, seed=0)
-        layers = layer_sensitivity(module, quantized, sample, batch)
-        report = sensitivity_summary(layers, request.dest.parent, len(sample))
-        excluded = [s.layer for s in worst_first(layers)[:settings.keep_float]]
+    measure = lambda sample, size: layer_sensitivity(module, quantized, sample, size)  # noqa: E731
+    report, excluded = sensitivity_and_fallback(settings.sensitivity, settings.keep_float, data, batch,
+                                                request.dest.parent, measure)
     if excluded:
         mapping = qconfig_mapping(engine, method, settings.per_channel, excluded)
         quantized, facts = _calibrate_and_convert(module, example, mapping, data, batch, request.cache,
                                                   {**key, "kept_float": excluded})
     return quantized, Quantized.describe(
         "static", f"PyTorch FX graph mode, {engine} engine", quantized_engine=engine, method=method,
-        samples=len(data), per_channel=settings.per_channel, kept_float=excluded, calibration=facts,
-        sensitivity=report)
+        samples=len(data), per_channel=settings.per_channel, kept_float=excluded, sensitivity=report,
+        calibration={**facts, "data": data.source})
 
 
-def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, data: Any, batch: int,
-                           cache: Any, key: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, data: Any,
+                           batch: tuple[int, bool], cache: Any, key: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
     prepared = prepare_fx(copy.deepcopy(module).eval(), mapping, example)
-    facts = calibrate_observers(prepared, data, batch, cache, key)
+    facts = calibrate_observers(prepared, data, batch[0], cache, key, flexible=batch[1])
     return convert_fx(prepared), facts
 
 

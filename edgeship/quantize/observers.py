@@ -18,6 +18,7 @@ from edgeship.calibration import Dataset
 from edgeship.quantize.common import calibrated
 
 OBSERVERS_FILE = "observers.pt"
+CALIBRATION_BATCH = 32
 
 
 def observers(prepared: Any) -> dict[str, Any]:
@@ -26,13 +27,34 @@ def observers(prepared: Any) -> dict[str, Any]:
             if name.rsplit(".", 1)[-1].startswith("activation_post_process") and hasattr(m, "calculate_qparams")}
 
 
-def run_samples(module: Any, data: Dataset, batch: int) -> None:
-    """Every sample through ``module`` (observers record as they go)."""
+def run_samples(module: Any, data: Dataset, batch: int, flexible: bool = False) -> None:
+    """Every sample through ``module`` (observers record as they go), ``batch`` at a time; a
+    ``flexible`` module takes a shorter last batch, else it is padded by repeating its tail."""
     import torch
 
     with torch.no_grad():
+        if flexible:
+            names = list(data.inputs)
+            for start in range(0, len(data), batch):
+                module(*[torch.from_numpy(data.inputs[n][start:start + batch]) for n in names])
+            return
         for part in data.batches(batch):
             module(*[torch.from_numpy(a) for a in part.values()])
+
+
+def takes_any_batch(module: Any, example: tuple[Any, ...]) -> bool:
+    """Whether ``module`` runs on twice the example batch and answers with twice the rows: then
+    calibration runs CALIBRATION_BATCH samples at a time (observers cost per call, not per sample)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            out = module(*[torch.cat([a, a]) for a in example])
+        while isinstance(out, (tuple, list)):
+            out = out[0]
+        return int(out.shape[0]) == 2 * int(example[0].shape[0])
+    except Exception:  # a model tied to its batch size calibrates at that size
+        return False
 
 
 def tensors_sha256(module: Any) -> str:
@@ -48,15 +70,15 @@ def tensors_sha256(module: Any) -> str:
 
 
 def calibrate_observers(prepared: Any, data: Dataset, batch: int, cache: Cache | None,
-                        key_parts: dict[str, Any]) -> dict[str, Any]:
+                        key_parts: dict[str, Any], flexible: bool = False) -> dict[str, Any]:
     """Calibrate ``prepared`` in place (or restore its observers from the cache); the cache facts."""
     import torch
 
     key = {**key_parts, "graph_sha256": hashlib.sha256(prepared.code.encode()).hexdigest(),
-           "data_sha256": data.fingerprint(), "batch": batch, "torch": torch.__version__}
+           "data_sha256": data.fingerprint(), "batch": batch, "flexible": flexible, "torch": torch.__version__}
 
     def compute(folder: Path) -> None:
-        run_samples(prepared, data, batch)
+        run_samples(prepared, data, batch, flexible)
         torch.save({n: m.state_dict() for n, m in observers(prepared).items()}, folder / OBSERVERS_FILE)
 
     with calibrated(cache, "torch-observers", key, compute) as (entry, facts):

@@ -20,8 +20,7 @@ from edgeship.cache import Cache
 from edgeship.calibration import Dataset
 from edgeship.fsutil import atomic_output
 from edgeship.model import sha256_file
-from edgeship.quantize.common import (
-    SENSITIVITY_SAMPLES, LayerSensitivity, Quantized, calibrated, sensitivity_summary, sqnr_of, worst_first)
+from edgeship.quantize.common import LayerSensitivity, Quantized, calibrated, sensitivity_and_fallback, sqnr_of
 from edgeship.quantize.settings import QuantizationSupport
 
 Activations = Literal["uint8", "int8-symmetric"]
@@ -38,16 +37,24 @@ FREE_BATCH = 8  # calibration batch when the model's batch dimension is free
 
 def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activations: Activations = "uint8",
                  per_channel: bool = True, method: str = "minmax", percentile: float = 99.999,
-                 keep_float: int = 0, sensitivity: bool = True, cache: Cache | None = None) -> Quantized:
+                 keep_float: int = 0, sensitivity: bool = True, cache: Cache | None = None,
+                 quantize_bias: bool = True, reduce_range: bool | None = None) -> Quantized:
     """Write ``dest``: the float ONNX model at ``fp32_path`` statically quantized to QDQ.
 
     ``calibration`` holds the samples (one array per ONNX input name). ``activations`` is
     ``"uint8"`` (U8S8) or ``"int8-symmetric"`` (S8S8, for TensorRT; run such a proxy under ONNX
     Runtime with graph optimization disabled). ``method`` is minmax, percentile or entropy.
-    ``keep_float`` leaves that many of the most sensitive nodes unquantized. Returns the facts
+    ``keep_float`` leaves that many of the most sensitive nodes unquantized. ``quantize_bias=False``
+    keeps biases float (TensorRT dequantizes only int8 with zero points of zero, not int32 biases).
+    ``reduce_range`` quantizes weights to 7 bits; unset, it is on for U8S8, whose fused x86 kernels
+    without VNNI add u8 x s8 products in pairs into int16 and saturate with full 8-bit weights (the
+    demo reads 15 dB instead of 30 without it), and off for S8S8. Returns the facts
     (details and a note); the sensitivity report, when measured, is written beside ``dest``.
     """
     import onnxruntime
+
+    weights = {"per_channel": per_channel, "quantize_bias": quantize_bias,
+               "reduce_range": activations == "uint8" if reduce_range is None else reduce_range}
 
     with tempfile.TemporaryDirectory(prefix="edgeship-qdq-") as work:
         pre = preprocess(Path(fp32_path), Path(work) / "pre.onnx")
@@ -59,21 +66,20 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
         compute = lambda folder: calibrate_ranges(pre, calibration, batch, method, percentile, folder / RANGES)  # noqa: E731
         with calibrated(cache, "onnx", key, compute) as (entry, cache_facts):
             def write(out: Path, exclude: list[str]) -> None:
-                _quantize_static(pre, out, entry.path / RANGES, method, per_channel, activations, exclude)
+                _quantize_static(pre, out, entry.path / RANGES, method, activations, exclude, **weights)
 
-            report, excluded = None, []
-            if sensitivity or keep_float:
+            def measure(sample: Dataset, size: int) -> list[LayerSensitivity]:
                 write(Path(work) / "all.onnx", [])
-                sample = calibration.take(SENSITIVITY_SAMPLES, seed=0)
-                layers = layer_sensitivity(pre, Path(work) / "all.onnx", sample, batch, Path(work))
-                excluded = [s.layer for s in worst_first(layers)[:keep_float]]
-                report = sensitivity_summary(layers, Path(dest).parent, len(sample))
+                return layer_sensitivity(pre, Path(work) / "all.onnx", sample, size, Path(work))
+
+            report, excluded = sensitivity_and_fallback(sensitivity, keep_float, calibration, (batch, False),
+                                                        Path(dest).parent, measure)
             with atomic_output(Path(dest)) as out:
                 write(out, excluded)
     return Quantized.describe("static", f"ONNX Runtime QDQ {FORMS[activations]}", format="QDQ",
                               activations=activations, method=method, samples=len(calibration),
-                              per_channel=per_channel, kept_float=excluded, calibration=cache_facts,
-                              sensitivity=report)
+                              **weights, kept_float=excluded, sensitivity=report,
+                              calibration={**cache_facts, "data": calibration.source})
 
 
 def quantize_dynamic_onnx(fp32_path: Path, dest: Path, *, per_channel: bool = True) -> Quantized:
@@ -132,16 +138,18 @@ def calibrate_ranges(model: Path, data: Dataset, batch: int, method: str, percen
     (out.parent / "augmented.onnx").unlink(missing_ok=True)
 
 
-def _quantize_static(pre: Path, out: Path, ranges: Path, method: str, per_channel: bool,
-                     activations: Activations, exclude: list[str]) -> None:
+def _quantize_static(pre: Path, out: Path, ranges: Path, method: str, activations: Activations,
+                     exclude: list[str], per_channel: bool, quantize_bias: bool, reduce_range: bool) -> None:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     symmetric = activations == "int8-symmetric"
     quantize_static(str(pre), str(out), None, quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                    reduce_range=reduce_range,
                     activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                     weight_type=QuantType.QInt8, nodes_to_exclude=exclude,
                     calibrate_method=CalibrationMethod[ORT_METHODS[method]],
-                    extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True},
+                    extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True,
+                                   "QuantizeBias": quantize_bias},
                     calibration_cache_path=str(ranges))
 
 
