@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,13 +28,16 @@ LAYER_TYPES = ("Conv", "Linear")  # quantized module types reported per layer (f
 
 @contextlib.contextmanager
 def quantized_engine(engine: str) -> Iterator[None]:
-    """Use ``engine``'s quantized kernels inside the block; the previous engine afterwards."""
+    """Use ``engine``'s quantized kernels inside the block; the previous engine afterwards. Torch's
+    notice that quantized tensors are deprecated (said once per layer) is kept out of the output."""
     import torch
 
     previous = torch.backends.quantized.engine
     torch.backends.quantized.engine = engine
     try:
-        yield
+        with warnings.catch_warnings():  # the whole quantized-tensor API warns it is deprecated
+            warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated")
+            yield
     finally:
         torch.backends.quantized.engine = previous
 
@@ -139,4 +143,6 @@ def capture_like(captured: Any, module: Any) -> Any:
 
     if captured.method == "script" and not isinstance(module, torch.fx.GraphModule):
         return torch.jit.script(module)
-    return torch.jit.trace(module, captured.example_inputs, check_trace=False)
+    with warnings.catch_warnings():  # quantized ops read their scales as Python floats: constants by design
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        return torch.jit.trace(module, captured.example_inputs, check_trace=False)
