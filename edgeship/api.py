@@ -18,18 +18,39 @@ if TYPE_CHECKING:
 def build(target: str, model: str | None = None, *, input_shape: str | None = None,
           out: str | Path | None = None, devices_file: str | Path | None = None,
           devices: list[str] | None = None, trust_weights: bool = False, quiet: bool = False,
-          debug: bool = False, resume: bool = False, db: str | None = None) -> Results:
+          debug: bool = False, resume: bool = False, remeasure: bool = False,
+          db: str | None = None) -> Results:
     """Build every variant of ``target`` for ``model`` (the demo when None), validate, write results.
 
     Raises a BadInputError subclass (exit 2) for bad input and GateFailure (exit 3, carrying the
-    results) when a validation gate fails.
+    results) when a validation gate fails. Unchanged stages come from the stage cache; measurements
+    are reused unless ``remeasure``.
     """
     request = BuildRequest(target=target, model=model, input_shape=input_shape,
                            out=Path(out) if out else None,
                            devices_file=Path(devices_file) if devices_file else None,
                            device_names=list(devices or []), trust_weights=trust_weights,
-                           debug=debug, quiet=quiet, resume=resume, db=db)
+                           debug=debug, quiet=quiet, resume=resume, remeasure=remeasure, db=db)
     return _run_build(request)
+
+
+def cache_info() -> tuple[Path, int, int]:
+    """The stage cache's folder, its number of entries and its size in bytes."""
+    from edgeship.cache import default_cache
+
+    root = default_cache().root
+    entries = [p for p in root.glob("*/*") if p.is_dir()] if root.is_dir() else []
+    size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
+    return root, len(entries), size
+
+
+def cache_clear() -> None:
+    """Delete the stage cache (every build then starts cold)."""
+    import shutil
+
+    from edgeship.cache import default_cache
+
+    shutil.rmtree(default_cache().root, ignore_errors=True)
 
 
 def devices(devices_file: str | Path | None = None) -> "DeviceSet":

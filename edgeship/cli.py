@@ -26,7 +26,10 @@ def parser() -> argparse.ArgumentParser:
                    help="allow checkpoints that need arbitrary unpickling (can run code: only for files you trust)")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
     b.add_argument("--resume", action="store_true",
-                   help="reuse the measurements in the output folder's results.json; measure only what is missing or changed")
+                   help="reuse the measurements in the output folder's results.json; measure only what is missing or "
+                        "changed (the default unless --remeasure; this flag also reports what it reuses)")
+    b.add_argument("--remeasure", action="store_true",
+                   help="measure every variant again, even when the artifact and settings are unchanged")
     b.add_argument("--db", help="results database URL (default: $EDGESHIP_DB, else sqlite:///artifacts/results.db)")
     d = sub.add_parser("devices", help="list the devices of a devices file, or check that one is reachable")
     d.add_argument("--devices", dest="devices_file", help="devices.toml (default: ./devices.toml if present)")
@@ -36,6 +39,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("name", help="device name")
     add_report_parser(sub)
     add_bundle_parser(sub)
+    k = sub.add_parser("cache", help="the stage cache under artifacts/.cache (or $EDGESHIP_CACHE_DIR)")
+    k.add_argument("cache_command", choices=["clear", "info"], help="clear: delete every entry; info: where and how big")
     return p
 
 
@@ -74,8 +79,20 @@ def cmd_build(args: argparse.Namespace) -> int:
     results = api.build(args.target, args.model, input_shape=args.input_shape, out=args.out,
                         devices_file=args.devices_file, devices=args.device,
                         trust_weights=args.trust_weights, quiet=args.quiet, debug=args.debug,
-                        resume=args.resume, db=args.db)
+                        resume=args.resume, remeasure=args.remeasure, db=args.db)
     print_results(results)
+    return 0
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from edgeship import api
+
+    root, entries, size = api.cache_info()
+    if args.cache_command == "clear":
+        api.cache_clear()
+        print(f"cleared {root}: {entries} entries, {size / (1 << 20):.1f} MiB")
+    else:
+        print(f"{root}: {entries} entries, {size / (1 << 20):.1f} MiB")
     return 0
 
 
@@ -126,7 +143,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"build": cmd_build, "devices": cmd_devices, "report": cmd_report, "bundle": cmd_bundle}
+COMMANDS = {"build": cmd_build, "devices": cmd_devices, "report": cmd_report, "bundle": cmd_bundle,
+            "cache": cmd_cache}
 
 
 def quiet_libraries() -> None:

@@ -182,3 +182,44 @@ def _listing(items: list[str], limit: int = 12) -> str:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+class LazyModel:
+    """The float model, loaded on first use: a build whose stages all come from the stage cache
+    never imports torch. ``facts`` (params, flops) may come from the cache as well."""
+
+    def __init__(self, spec: ModelSpec, trust_weights: bool = False) -> None:
+        self.spec = spec
+        self.trust_weights = trust_weights
+        self.facts: dict[str, Any] = {}
+        self._loaded: LoadedModel | None = None
+
+    @property
+    def loaded(self) -> LoadedModel:
+        if self._loaded is None:
+            self._loaded = load_model(self.spec, self.trust_weights)
+        return self._loaded
+
+    @property
+    def module(self) -> Any:
+        return self.loaded.module
+
+    @property
+    def example_inputs(self) -> tuple[Any, ...]:
+        return self.loaded.example_inputs
+
+    @property
+    def weights_sha256(self) -> str | None:
+        return sha256_file(self.spec.weights) if self.spec.weights else None
+
+    @property
+    def params(self) -> int:
+        if "params" not in self.facts:
+            self.facts["params"] = self.loaded.params
+        return self.facts["params"]
+
+    @property
+    def flops(self) -> int | None:
+        if "flops" not in self.facts:
+            self.facts["flops"] = count_flops(self.module, self.example_inputs)
+        return self.facts["flops"]

@@ -132,6 +132,8 @@ class Results(ResultModel):
     toolchain: dict[str, str]
     variants: list[VariantResult]
     selection: Selection | None = Field(None, description="The [selection] outcome; None when the profile has none.")
+    build_key: str | None = Field(None, description="Hash of everything the build read: an unchanged re-build "
+                                                    "with the same key reuses this output (stage cache).")
 
     def dump(self) -> str:
         return json.dumps(self.model_dump(mode="json", by_alias=True), indent=2) + "\n"

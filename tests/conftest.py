@@ -57,6 +57,23 @@ def make_tiny_project(folder: Path) -> Path:
     return folder
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_state(tmp_path_factory: pytest.TempPathFactory):
+    """Tests never share the user's stage cache or results store: both live in the session's tmp."""
+    import os
+
+    root = tmp_path_factory.mktemp("state")
+    saved = {k: os.environ.get(k) for k in ("EDGESHIP_CACHE_DIR", "EDGESHIP_DB")}
+    os.environ["EDGESHIP_CACHE_DIR"] = str(root / "cache")
+    os.environ["EDGESHIP_DB"] = f"sqlite:///{root / 'results.db'}"
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture
 def tiny_project(tmp_path: Path) -> Path:
     """tests/models/tinynet.py copied beside a model.toml, a state_dict and calibration/eval .npz."""

@@ -125,7 +125,8 @@ class TensorrtBackend(Backend):
         if request.calibration is None:
             raise LoweringError("int8 needs calibration data: add [data] calibration to the model spec")
         settings = request.variant.quantization or QuantizationSettings()
-        return quantize_qdq(fp32, request.dest, request.calibration(), activations="int8-symmetric",
+        data = request.calibration().take(settings.samples, settings.seed or 0)
+        return quantize_qdq(fp32, request.dest, data, activations="int8-symmetric",
                             per_channel=settings.per_channel, method=settings.method or QUANTIZATION.default_method,
                             percentile=settings.percentile, keep_float=settings.keep_float,
                             sensitivity=settings.sensitivity, cache=request.cache, quantize_bias=False)

@@ -17,6 +17,7 @@ from edgeship.fsutil import atomic_write_text
 from edgeship.lowering import BACKENDS, Artifact, Backend, LowerRequest
 from edgeship.pipeline.capture import Capturer, CaptureFailed
 from edgeship.profile import Profile, Variant
+from edgeship.results import now_utc
 
 
 @dataclass
@@ -33,6 +34,24 @@ class Lowered:
     seconds: float | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    def facts(self) -> dict[str, Any]:
+        """What the stage cache keeps beside the variant's folder, to restore this outcome."""
+        from edgeship.devices.runner import sha256_path
+
+        path = self.artifact.path
+        return {"file": path.name, "sha256": sha256_path(path), "capture": self.capture,
+                "capture_seconds": self.capture_seconds, "seconds": self.seconds, "notes": self.notes,
+                "artifact_notes": self.artifact.notes, "details": self.artifact.details, "lowered_at": now_utc()}
+
+
+def restored(variant: Variant, facts: dict[str, Any], folder: Path) -> Lowered:
+    """A variant's lowering outcome rebuilt from the stage cache (its folder already restored)."""
+    backend = BACKENDS[variant.backend]
+    notes = list(facts["artifact_notes"]) + [f"reused from the stage cache (lowered {facts['lowered_at']})"]
+    return Lowered(variant, backend, backend.parse_options(variant.options),
+                   artifact=Artifact(folder / facts["file"], notes, facts["details"]), capture=facts["capture"],
+                   capture_seconds=facts["capture_seconds"], seconds=facts["seconds"], notes=list(facts["notes"]))
 
 
 def capture_order(profile: Profile, variant: Variant) -> list[str]:

@@ -29,6 +29,7 @@ class BuildRequest:
     debug: bool = False
     quiet: bool = False
     resume: bool = False
+    remeasure: bool = False
     db: str | None = None
 
 

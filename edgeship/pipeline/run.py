@@ -16,14 +16,15 @@ from edgeship.devices import Job
 from edgeship.devices.runner import sha256_path
 from edgeship.errors import CaptureError, GateFailure
 from edgeship.fsutil import tree_size
-from edgeship.model import LoadedModel, count_flops, load_model
+from edgeship.model import LazyModel
 from edgeship.pipeline.bundle import report_and_bundle
 from edgeship.pipeline.capture import Capturer
-from edgeship.pipeline.lower import Lowered, lower_variant
+from edgeship.pipeline.lower import Lowered, lower_variant, restored
 from edgeship.pipeline.plan import BuildRequest, Plan, make_plan
 from edgeship.pipeline.schedule import (Identity, collect, measure_all, plan_tasks, previous_results,
                                         reuse_line)
-from edgeship.pipeline.validate import Reference, check_device_gates, inputs_fingerprint, reference_outputs
+from edgeship.pipeline.stagecache import StageKeys, restore_artifact, store_artifact
+from edgeship.pipeline.validate import Reference, check_device_gates, inputs_fingerprint, reference_stage
 from edgeship.progress import Progress
 from edgeship.quantize.selection import select_variant
 from edgeship.quantize.settings import scheme_of
@@ -39,33 +40,64 @@ def build(request: BuildRequest) -> Results:
         plan = make_plan(request)
         status["result"] = (f"{plan.profile.name}: {len(plan.profile.variants)} variants of "
                             f"{plan.spec.name}, devices {', '.join(d.name for d in plan.devices)}")
+    keys = StageKeys(plan)
+    build_key = keys.build()
+    previous = None if request.remeasure else unchanged_build(plan, build_key)
+    if previous is not None:
+        progress.info(f"unchanged since {previous.created}: reusing {plan.out_dir} (every input, setting and "
+                      "artifact is the same; --remeasure measures again)")
+        return outcome(plan, previous)
     calibration = calibration_stage(plan, progress)
-    with progress.step(f"load {plan.spec.name}") as status:
-        model = load_model(plan.spec, request.trust_weights)
-        status["result"] = f"{model.params:,} parameters"
+    model = LazyModel(plan.spec, request.trust_weights)
     with progress.step("evaluation data + float reference") as status:
-        ref = reference_outputs(model.module, evaluation_data(plan), batch_size(model), plan.out_dir / WORK)
+        ref = reference_stage(model, evaluation_data, plan, keys.reference(), default_cache(), plan.out_dir / WORK)
         status["result"] = ref.data.source
-    lowered = lower_all(plan, model, progress, calibration)
+    lowered = lower_all(plan, model, progress, calibration, keys)
     rows = [eager_row(plan, model)] + [variant_row(plan, item) for item in lowered]
     validate_all(plan, model, ref, lowered, rows, progress)
     selection = select_variant(plan.profile.selection, rows, plan.devices[0].name) if plan.profile.selection else None
     results = Results(target=plan.profile.name, created=now_utc(), model=model_info(model, ref),
-                      toolchain=toolchain_versions(), variants=rows, selection=selection)
+                      toolchain=toolchain_versions(), variants=rows, selection=selection, build_key=build_key)
     results.write(plan.out_dir / "results.json")
     progress.info(f"wrote {plan.out_dir / 'results.json'}")
     if plan.store is not None:
         build_id = plan.store.record(results)
         progress.info(f"recorded build {build_id} in {plan.store.url}")
     report_and_bundle(plan, results, progress)
-    failed = [r.name for r in rows if not r.gates.passed]
+    return outcome(plan, results)
+
+
+def outcome(plan: Plan, results: Results) -> Results:
+    """The build's results, or GateFailure (exit 3) when a gate or the selection budget failed."""
+    failed = [r.name for r in results.variants if not r.gates.passed]
     if failed:
         raise GateFailure(f"{len(failed)} variant(s) failed validation: {', '.join(failed)}; "
                           f"see {plan.out_dir / 'results.json'}", results)
+    selection = results.selection
     if selection is not None and selection.selected is None:
         raise GateFailure(f"selection: no variant is inside the budget ({selection.budget}); "
                           f"see {plan.out_dir / 'results.json'}", results)
     return results
+
+
+def unchanged_build(plan: Plan, key: str) -> Results | None:
+    """The previous results when this build's key matches theirs and every file they name is intact."""
+    path = plan.out_dir / "results.json"
+    try:
+        previous = Results.read(path)
+    except (OSError, ValueError):
+        return None
+    if previous.build_key != key:
+        return None
+    files = [plan.out_dir / name for name in ("report.md", "report.html", "results.csv")]
+    if plan.profile.bundle is not None:
+        files += [plan.out_dir / f"{plan.spec.name}-{p}.zip" for p in plan.profile.bundle.platforms]
+    if not all(f.exists() for f in files):
+        return None
+    for row in previous.variants:
+        if row.file and not ((plan.out_dir / row.file).exists() and sha256_path(plan.out_dir / row.file) == row.sha256):
+            return None
+    return previous
 
 
 def calibration_stage(plan: Plan, progress: Progress) -> Dataset | None:
@@ -87,23 +119,33 @@ def evaluation_data(plan: Plan) -> Dataset:
     return random_dataset(plan.spec, settings.random_samples, settings.seed)
 
 
-def batch_size(model: LoadedModel) -> int:
+def batch_size(model: LazyModel) -> int:
     return int(model.spec.inputs[0].shape[0])
 
 
-def lower_all(plan: Plan, model: LoadedModel, progress: Progress, calibration: Dataset | None = None) -> list[Lowered]:
-    """Capture and lower every variant; when no method captures the model at all, CaptureError."""
+def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dataset | None,
+              keys: StageKeys) -> list[Lowered]:
+    """Lower every variant, or restore it from the stage cache; CaptureError when no capture
+    method takes the model at all."""
     capturer = Capturer(model)
+    cache = default_cache()
     out = []
     provide = (lambda: calibration) if calibration is not None else None
     for variant in plan.profile.variants:
         with progress.step(f"lower {variant.name} ({variant.backend} {variant.precision})") as status:
-            item = lower_variant(plan.profile, variant, capturer, plan.out_dir, calibration=provide,
-                                 debug=plan.request.debug, cache=default_cache())
-            if item.error:
-                status.update(warn="1", result=item.error)
+            key = keys.artifact(variant)
+            facts = restore_artifact(cache, key, plan.out_dir / variant.name)
+            if facts is not None:
+                item = restored(variant, facts, plan.out_dir / variant.name)
+                status["result"] = f"{_size(item.artifact.path)}, from the stage cache"
             else:
-                status["result"] = f"{_size(item.artifact.path)} via {item.capture}"
+                item = lower_variant(plan.profile, variant, capturer, plan.out_dir, calibration=provide,
+                                     debug=plan.request.debug, cache=cache)
+                if item.error:
+                    status.update(warn="1", result=item.error)
+                else:
+                    store_artifact(cache, key, item.artifact.path.parent, item.facts())
+                    status["result"] = f"{_size(item.artifact.path)} via {item.capture}"
         out.append(item)
     if all(item.capture is None for item in out):
         tried = "; ".join(str(f) for f in capturer.failures())
@@ -112,7 +154,7 @@ def lower_all(plan: Plan, model: LoadedModel, progress: Progress, calibration: D
     return out
 
 
-def eager_row(plan: Plan, model: LoadedModel) -> VariantResult:
+def eager_row(plan: Plan, model: LazyModel) -> VariantResult:
     return VariantResult(name="eager", backend="eager", precision="fp32",
                          notes=["the float PyTorch model: the reference every variant is compared with"])
 
@@ -139,7 +181,7 @@ def variant_row(plan: Plan, item: Lowered) -> VariantResult:
     return row
 
 
-def validate_all(plan: Plan, model: LoadedModel, ref: Reference, lowered: list[Lowered],
+def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Lowered],
                  rows: list[VariantResult], progress: Progress) -> None:
     """Measure the eager model and every artifact on every device (devices concurrently, one job
     at a time on each); fill each row's latency, accuracy and gates."""
@@ -148,7 +190,10 @@ def validate_all(plan: Plan, model: LoadedModel, ref: Reference, lowered: list[L
         if item.artifact is not None:
             jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available(item.options)))
     current = Identity((model.spec.entry, model.weights_sha256, model.params), inputs_fingerprint(ref))
-    previous = previous_results(plan.out_dir / "results.json", plan.request.resume, progress)
+    # Measurements are reused unless --remeasure (quietly when there is nothing to reuse yet).
+    results_path = plan.out_dir / "results.json"
+    reuse = plan.request.resume or (not plan.request.remeasure and results_path.exists())
+    previous = previous_results(results_path, reuse, progress)
     tasks, reasons = plan_tasks(jobs, plan.devices, plan.out_dir / WORK, previous, current)
     if previous is not None:
         progress.info(reuse_line(tasks, reasons, plan.out_dir / "results.json"))
@@ -169,20 +214,20 @@ def _variant(plan: Plan, name: str) -> Any:
     return next(v for v in plan.profile.variants if v.name == name)
 
 
-def eager_job(plan: Plan, model: LoadedModel, ref: Reference) -> Job:
+def eager_job(plan: Plan, model: LazyModel, ref: Reference) -> Job:
     """The float model, timed by the same runner in a fresh process (host only)."""
     options = {"spec": model.spec.model_dump(mode="json"), "base_dir": str(model.spec.base_dir),
                "trust_weights": plan.request.trust_weights}
     return _job(plan, model, ref, "eager", None, None, options)
 
 
-def artifact_job(plan: Plan, model: LoadedModel, ref: Reference, item: Lowered) -> Job:
+def artifact_job(plan: Plan, model: LazyModel, ref: Reference, item: Lowered) -> Job:
     path = item.artifact.path
     return _job(plan, model, ref, item.backend.runtime, path, sha256_path(path),
                 item.backend.job_options(item.options, item.variant.precision))
 
 
-def _job(plan: Plan, model: LoadedModel, ref: Reference, runtime: str, artifact: Path | None,
+def _job(plan: Plan, model: LazyModel, ref: Reference, runtime: str, artifact: Path | None,
          sha: str | None, options: dict[str, Any]) -> Job:
     lat = plan.profile.latency
     return Job(runtime=runtime, artifact=artifact, sha256=sha, inputs=ref.inputs_npz,
@@ -191,12 +236,12 @@ def _job(plan: Plan, model: LoadedModel, ref: Reference, runtime: str, artifact:
                timeout_s=lat.timeout_s, options=options)
 
 
-def model_info(model: LoadedModel, ref: Reference) -> ModelInfo:
+def model_info(model: LazyModel, ref: Reference) -> ModelInfo:
     spec = model.spec
     output = {"shape": [batch_size(model), *ref.outputs.shape[1:]], "dtype": str(ref.outputs.dtype)}
     return ModelInfo(name=spec.name, entry=spec.entry, weights_sha256=model.weights_sha256,
                      inputs=[i.model_dump() for i in spec.inputs], params=model.params,
-                     flops=count_flops(model.module, model.example_inputs), outputs=[output])
+                     flops=model.flops, outputs=[output])
 
 
 def _size(path: Path) -> str:

@@ -7,6 +7,8 @@ back. The host computes accuracy from the returned outputs the same way for ever
 from __future__ import annotations
 
 import hashlib
+import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from edgeship import metrics
+from edgeship.cache import Cache
 from edgeship.calibration import Dataset
 from edgeship.devices import Device, Job
 from edgeship.devices.base import JobResult, MeasurementError, TransportError
@@ -49,6 +52,30 @@ def reference_outputs(module: Any, data: Dataset, batch: int, workdir: Path) -> 
     inputs_npz = workdir / "eval_inputs.npz"
     np.savez(inputs_npz, **data.inputs)
     return Reference(data, np.concatenate(outs)[: len(data)], inputs_npz)
+
+
+def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any, key: dict[str, Any],
+                    cache: Cache, workdir: Path) -> Reference:
+    """The evaluation samples and the float outputs on them, from the stage cache when the model
+    and data are unchanged (then the model is not loaded); ``model.facts`` get params and FLOPs."""
+    def compute(folder: Path) -> None:
+        data = evaluation(plan)
+        ref = reference_outputs(model.module, data, int(model.spec.inputs[0].shape[0]), folder)
+        labels = {} if data.labels is None else {"labels": data.labels}
+        np.savez(folder / "reference.npz", outputs=ref.outputs, **labels)
+        facts = {"params": model.params, "flops": model.flops, "source": data.source}
+        (folder / "facts.json").write_text(json.dumps(facts))
+
+    entry = cache.get_or_compute("reference", key, compute)
+    facts = json.loads((entry.path / "facts.json").read_text())
+    model.facts.update(params=facts["params"], flops=facts["flops"])
+    with np.load(entry.path / "eval_inputs.npz", allow_pickle=False) as npz:
+        inputs = {name: npz[name] for name in npz.files}
+    with np.load(entry.path / "reference.npz", allow_pickle=False) as npz:
+        outputs, labels = npz["outputs"], (npz["labels"] if "labels" in npz.files else None)
+    workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(entry.path / "eval_inputs.npz", workdir / "eval_inputs.npz")
+    return Reference(Dataset(inputs, labels, facts["source"]), outputs, workdir / "eval_inputs.npz")
 
 
 def _first_output(out: Any) -> Any:

@@ -1,0 +1,140 @@
+"""The stage cache: each stage's output kept under a hash of exactly what it was made from.
+
+Three levels, all in :mod:`edgeship.cache` (``artifacts/.cache``, entries written atomically):
+
+- **artifact** (per variant): the variant's folder and what lowering learned, keyed by the model
+  (spec, weights sha256, the entry module's source), the variant's settings, the capture order,
+  the calibration data and settings it used, the toolchain versions and edgeship's own source;
+- **reference**: the evaluation inputs, the float model's outputs on them and the model's facts
+  (parameters, FLOPs), keyed by the model, the evaluation data and settings;
+- **build**: the key of everything a build reads. An unchanged re-build finds its key in the
+  previous results.json with every file intact, and reuses the whole output without importing
+  torch. Measurements are reused from the previous results.json (same artifact sha256, inputs and
+  latency settings) unless ``--remeasure``.
+
+What is not hashed: modules the entry module imports from elsewhere (their package versions are,
+through the toolchain). Edit one of those and run ``edgeship cache clear`` or ``--remeasure``.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from edgeship.cache import Cache, cache_key
+from edgeship.config import ENTRY_PATTERN
+from edgeship.devices.runner import sha256_file, sha256_path
+from edgeship.fsutil import atomic_output, atomic_write_text
+
+PACKAGE = Path(__file__).resolve().parent.parent
+LOWERED = "lowered.json"
+SOURCE_SUFFIXES = {".py", ".toml", ".j2", ".html", ".kt", ".swift", ".md", ".txt"}
+
+
+@functools.lru_cache(maxsize=1)
+def edgeship_source() -> str:
+    """sha256 over edgeship's own source files: a code change invalidates every stage."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in PACKAGE.rglob("*") if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts):
+        h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def data_fingerprint(source: str | None) -> str | None:
+    """A file's sha256; a folder's (image folder) file names, sizes and times; a callable's module source."""
+    if source is None:
+        return None
+    if re.match(ENTRY_PATTERN, source):
+        return f"{source}@{module_fingerprint(source.split(':')[0], None)}"
+    path = Path(source)
+    if path.is_file():
+        return sha256_file(path)
+    listing = sorted(f"{p.relative_to(path)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in path.rglob("*") if p.is_file())
+    return hashlib.sha256("\n".join(listing).encode()).hexdigest()
+
+
+def module_fingerprint(module: str, base_dir: Path | None) -> str:
+    """sha256 of a module's source file, found without running it (None-safe for built-ins)."""
+    added = base_dir is not None and str(base_dir) not in sys.path
+    if added:
+        sys.path.insert(0, str(base_dir))
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    finally:
+        if added:
+            sys.path.remove(str(base_dir))
+    origin = getattr(spec, "origin", None)
+    return sha256_file(origin) if origin and os.path.isfile(origin) else "unknown"
+
+
+def model_key(spec: Any) -> dict[str, Any]:
+    """What identifies the float model: its spec, weights and the entry module's source."""
+    return {"spec": spec.model_dump(mode="json"),
+            "weights": sha256_file(spec.weights) if spec.weights else None,
+            "entry_source": module_fingerprint(spec.entry.split(":")[0], spec.base_dir)}
+
+
+class StageKeys:
+    """Every cache key of one build, computed once from the plan (no torch needed)."""
+
+    def __init__(self, plan: Any) -> None:
+        from edgeship.results import toolchain_versions
+
+        self.plan = plan
+        self.common = {"edgeship": edgeship_source(), "toolchain": toolchain_versions()}
+        self.model = model_key(plan.spec)
+        self.evaluation = data_fingerprint(plan.evaluation_source)
+        self.calibration = data_fingerprint(plan.calibration_source)
+
+    def reference(self) -> dict[str, Any]:
+        return {**self.common, "model": self.model, "evaluation": self.evaluation,
+                "settings": self.plan.profile.evaluation.model_dump(mode="json")}
+
+    def artifact(self, variant: Any) -> dict[str, Any]:
+        from edgeship.quantize.settings import needs_calibration
+
+        profile = self.plan.profile
+        calibrated = needs_calibration(variant.precision, variant.quantization)
+        return {**self.common, "model": self.model, "variant": variant.model_dump(mode="json", exclude={"gates"}),
+                "capture": profile.capture.model_dump(mode="json"),
+                "calibration": {"data": self.calibration,
+                                "settings": profile.calibration.model_dump(mode="json")} if calibrated else None}
+
+    def build(self) -> str:
+        """The whole build: everything above plus the profile, devices and request."""
+        plan = self.plan
+        request = {k: str(v) for k, v in vars(plan.request).items() if k not in ("quiet", "debug", "out")}
+        devices = [(d.name, type(d).__name__, getattr(d, "address", None)) for d in plan.devices]
+        return cache_key({**self.reference(), "calibration": self.calibration, "devices": devices,
+                          "profile": plan.profile.model_dump(mode="json"), "request": request})
+
+
+def restore_artifact(cache: Cache, key: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+    """Put a cached variant folder at ``folder`` (kept when already identical); None on a miss."""
+    entry = cache.entry_path("artifact", cache_key(key))
+    facts_path = entry / LOWERED
+    if not facts_path.is_file():
+        return None
+    facts = json.loads(facts_path.read_text())
+    target = folder / facts["file"]
+    if not (target.exists() and sha256_path(target) == facts["sha256"]):
+        with atomic_output(folder) as tmp:
+            shutil.copytree(entry / "files", tmp)
+    return facts
+
+
+def store_artifact(cache: Cache, key: dict[str, Any], folder: Path, facts: dict[str, Any]) -> None:
+    """Keep a freshly lowered variant folder and its facts (``file`` relative to the folder)."""
+    def fill(dest: Path) -> None:
+        shutil.copytree(folder, dest / "files", ignore=shutil.ignore_patterns("lowering.log"))
+        atomic_write_text(dest / LOWERED, json.dumps(facts, indent=1, default=str))
+    cache.get_or_compute("artifact", key, fill)
