@@ -33,7 +33,7 @@ test-all: $(VENV)/.installed
 	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.installed
-	$(BIN)/python benchmarks/quantization.py
+	$(BIN)/python benchmarks/bench.py
 
 bench-quant: $(VENV)/.installed
 	$(BIN)/python benchmarks/quantization.py

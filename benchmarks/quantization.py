@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]
 
 from edgeship import metrics  # noqa: E402
+from harness import interleaved  # noqa: E402
 from edgeship.calibration import Dataset, load_dataset  # noqa: E402
 from edgeship.model import LoadedModel, example_inputs, load_model  # noqa: E402
 from edgeship.pipeline.capture import Capturer  # noqa: E402
@@ -41,7 +41,6 @@ from edgeship.profile import Variant, load_profile  # noqa: E402
 from edgeship.quantize.settings import QuantizationSettings  # noqa: E402
 from edgeship.spec import ModelSpec, demo_spec_path, load_spec  # noqa: E402
 
-WARMUP = 10
 BOUNDS = {"size": 0.27, "top1_drop": 1.0, "sqnr_db": 25.0, "executorch": 0.55, "onnx": 0.6}
 EXTRA = [  # beyond the target profiles: dynamic int8, and PyTorch Mobile on the engine this CPU runs
     {"name": "mobile-int8-x86", "backend": "pytorch-mobile", "precision": "int8", "options": {"engine": "x86"}},
@@ -117,50 +116,15 @@ def accuracy(model: LoadedModel, items: list[Lowered], data: Dataset) -> dict[st
 
 def latency(model: LoadedModel, items: list[Lowered], rounds: int, block: int,
             threads: int | None) -> dict[str, float]:
-    """p50 (ms) per artifact and for eager PyTorch: each loaded once in its own worker process (so
-    no runtime's threads compete with another's), timed in interleaved rounds (A B C, then C B A,
-    ...) of ``block`` runs; the median of the per-round medians."""
-    import multiprocessing
-
-    x = model.example_inputs[0].numpy()
-    jobs = {"eager": ("eager", None, {"spec": model.spec.model_dump(mode="json"),
-                                      "base_dir": str(model.spec.base_dir), "trust_weights": False})}
+    """p50 (ms) per artifact and for eager PyTorch, each in its own worker process, interleaved
+    (benchmarks/harness.py)."""
+    loader = "harness:runner_loader"
+    jobs = {"eager": (loader, ("eager", None, {"spec": model.spec.model_dump(mode="json"),
+                                               "base_dir": str(model.spec.base_dir), "trust_weights": False}, threads))}
     for item in items:
-        jobs[item.variant.name] = (item.backend.runtime, str(item.artifact.path),
-                                   item.backend.job_options(item.options, item.variant.precision))
-    context = multiprocessing.get_context("spawn")
-    pipes = {}
-    for name, job in jobs.items():
-        parent, child = context.Pipe()
-        context.Process(target=_worker, args=(child, *job, x, threads), daemon=True).start()
-        pipes[name] = parent
-    for name, pipe in pipes.items():
-        assert pipe.recv() == "ready", name
-    medians: dict[str, list[float]] = {name: [] for name in pipes}
-    for r in range(rounds):
-        for name in (list(pipes) if r % 2 == 0 else list(reversed(pipes))):
-            pipes[name].send(block)
-            medians[name].append(statistics.median(pipes[name].recv()))
-    for pipe in pipes.values():
-        pipe.send(0)
-    return {name: statistics.median(values) for name, values in medians.items()}
-
-
-def _worker(conn, runtime: str, path: str | None, options: dict, x: np.ndarray, threads: int | None) -> None:
-    """Load one artifact with the runner's loader; then time ``n`` runs per request until 0 comes."""
-    from edgeship.devices.runner import RUNTIMES
-
-    predict = RUNTIMES[runtime](path, options, threads)[0]
-    for _ in range(WARMUP):
-        predict([x])
-    conn.send("ready")
-    while n := conn.recv():
-        times = []
-        for _ in range(n):
-            start = time.perf_counter_ns()
-            predict([x])
-            times.append((time.perf_counter_ns() - start) / 1e6)
-        conn.send(times)
+        jobs[item.variant.name] = (loader, (item.backend.runtime, str(item.artifact.path),
+                                            item.backend.job_options(item.options, item.variant.precision), threads))
+    return interleaved(jobs, [model.example_inputs[0].numpy()], rounds, block)
 
 
 def report(name: str, items: list[Lowered], acc: dict[str, dict], p50: dict[str, float]) -> None:

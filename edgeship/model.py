@@ -166,12 +166,17 @@ def count_flops(module: Any, inputs: tuple[Any, ...]) -> int | None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    # The fused attention fast path (nn.TransformerEncoder in eval) is invisible to the counter.
+    fastpath = torch.backends.mha.get_fastpath_enabled()
     try:
+        torch.backends.mha.set_fastpath_enabled(False)
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             module(*inputs)
         return int(counter.get_total_flops())
     except Exception:  # counting is informative only; a model it cannot follow gets null
         return None
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
 
 
 def _listing(items: list[str], limit: int = 12) -> str:

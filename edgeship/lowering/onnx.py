@@ -28,7 +28,7 @@ DYNAMO_MIN_OPSET = 18
 class OnnxOptions(StrictModel):
     """Options of the onnx backend."""
 
-    opset: int = Field(18, ge=7, le=23, description="ONNX opset; below 18 needs a trace or script capture.")
+    opset: int = Field(20, ge=7, le=23, description="ONNX opset; below 18 needs a trace or script capture.")
     dynamic_batch: bool = Field(True, description="Leave the batch dimension free (named 'batch').")
     graph_optimization: Literal["disabled", "basic", "extended", "all"] = Field(
         "all", description="ONNX Runtime graph optimization level when the artifact is run.")

@@ -11,7 +11,7 @@ from tests.lowering.conftest import sqnr_against_eager
 def test_onnx_export_has_spec_names_and_dynamic_batch(lower, tiny_model) -> None:
     artifact, predict = lower("onnx", "export")
     details = artifact.details
-    assert details["opset"] == 18 and details["inputs"][0]["name"] == "image"
+    assert details["opset"] == 20 and details["inputs"][0]["name"] == "image"
     assert details["inputs"][0]["shape"][0] == "batch" and details["outputs"][0]["name"] == "output"
     assert sqnr_against_eager(tiny_model, predict, batch=3) >= 60
 
