@@ -85,6 +85,7 @@ def test_store_keeps_rows_across_instances(tmp_path: Path) -> None:
 
 def test_store_url_comes_from_the_environment_else_artifacts(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("EDGESHIP_DB", raising=False)  # conftest points every other test at the session's tmp
     ResultsStore().record(_results())
     assert (tmp_path / "artifacts" / "results.db").is_file()
     monkeypatch.setenv("EDGESHIP_DB", f"sqlite:///{tmp_path / 'team.db'}")

@@ -59,9 +59,12 @@ def test_build_selects_one_candidate_and_calibrates_once(tmp_path, tiny_project,
     assert rows["onnx-fp32"]["quantization"] == "none" and len(calls) == 1  # both candidates share the ranges
     _build(tmp_path, tiny_project, 100.0, "second")
     again = json.loads((tmp_path / "second" / "results.json").read_text())
-    caches = [r["lowering"]["details"]["quantization"]["calibration"]["cache"]
-              for r in again["variants"] if r["precision"] == "int8"]
-    assert caches == ["hit", "hit"] and len(calls) == 1 and results.selection is not None
+    int8_rows = [r for r in again["variants"] if r["precision"] == "int8"]
+    # The stage cache hands back both int8 artifacts whole: nothing is calibrated again, and the
+    # rows keep what the first build recorded about its calibration (computed once, then shared).
+    assert all(any("reused from the stage cache" in n for n in r["lowering"]["notes"]) for r in int8_rows)
+    caches = sorted(r["lowering"]["details"]["quantization"]["calibration"]["cache"] for r in int8_rows)
+    assert caches == ["hit", "miss"] and len(calls) == 1 and results.selection is not None
 
 
 @pytest.mark.slow
