@@ -58,4 +58,11 @@ class Encoder(nn.Module):
 
 def encoder() -> nn.Module:
     torch.manual_seed(0)
-    return Encoder()
+    model = Encoder()
+    # nn.TransformerEncoder deep-copies one layer, so every layer would start with the same weights
+    # (and exporters that share equal constants would store one): draw each layer afresh.
+    for module in model.modules():
+        for reset in ("reset_parameters", "_reset_parameters"):
+            if module is not model and hasattr(module, reset):
+                getattr(module, reset)()
+    return model
