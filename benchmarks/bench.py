@@ -8,7 +8,7 @@ interleaved with eager PyTorch and the peers (ONNX Runtime default session on a 
 torch.onnx.export, ExecuTorch's documented XNNPACK flow, torch.compile). It prints one table of
 ratios and writes benchmarks/results/latest.json. Nothing is asserted: the figures are printed.
 
-    python benchmarks/bench.py [--models resnet18,encoder] [--rounds 7]
+    python benchmarks/bench.py [--models resnet18,encoder] [--rounds 5] [--processes 2]
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -121,7 +122,7 @@ def peer_jobs(spec_path: Path, folder: Path) -> dict[str, tuple]:
     return jobs
 
 
-def bench_model(name: str, spec_path: Path, peak: dict, rounds: int, block: int) -> dict:
+def bench_model(name: str, spec_path: Path, peak: dict, rounds: int, block: int, processes: int) -> dict:
     from edgeship.model import count_flops, example_inputs, load_model
     from edgeship.results import Results
     from edgeship.spec import load_spec
@@ -147,8 +148,11 @@ def bench_model(name: str, spec_path: Path, peak: dict, rounds: int, block: int)
         jobs.update(artifact_jobs(Results.read(out / "results.json"), out, seen, profile))
     jobs.update(peer_jobs(spec_path, folder))
     inputs = [t.numpy() for t in example_inputs(spec)]
-    p50 = interleaved({n: job for n, (job, _) in jobs.items()}, inputs, rounds, block)
-    return summarize({n: info for n, (_, info) in jobs.items()}, p50, flops, peak, cost)
+    spread: dict[str, float] = {}
+    p50 = interleaved({n: job for n, (job, _) in jobs.items()}, inputs, rounds, block, processes, spread)
+    summary = summarize({n: info for n, (_, info) in jobs.items()}, p50, flops, peak, cost)
+    summary["process_spread"] = {n: round(v, 4) for n, v in spread.items()}
+    return summary
 
 
 def summarize(infos: dict, p50: dict, flops: int | None, peak: dict, cost: dict) -> dict:
@@ -197,6 +201,10 @@ def print_table(results: dict) -> None:
                           _fmt(v["vs_best_peer"]), _fmt(v["fraction_of_peak"], pct=True),
                           _fmt(v["size_vs_ort_default"]), _fmt(v["top1_drop"]), _fmt(v["sqnr_db"], 1),
                           "yes" if v["within_budget"] else "no")
+        noise = max(m["process_spread"].values(), default=0.0)
+        table.add_row("", f"noise: a candidate's worker processes differ by up to {100 * noise:.0f}% "
+                          f"(median {100 * statistics.median(m['process_spread'].values() or [0.0]):.0f}%)",
+                      "", "", "", "", "", "", "", "")
         table.add_row("", f"build: cold {m['cold_build_seconds']:.1f} s, unchanged re-build {m['rebuild_seconds']:.1f} s "
                           f"(host profile)", "", "", "", "", "", "", "", "", end_section=True)
     Console(width=170).print(table)
@@ -212,7 +220,9 @@ def _fmt(value, digits: int = 2, pct: bool = False) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of: " + ", ".join(MODELS))
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--processes", type=int, default=2,
+                        help="worker processes per candidate (their spread is printed as the noise floor)")
     parser.add_argument("--block", type=int, default=15, help="timed runs per candidate per round")
     args = parser.parse_args()
     from edgeship.cli import quiet_libraries
@@ -224,7 +234,7 @@ def main() -> None:
     results = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": peak, "models": {}}
     for name in args.models.split(","):
         print(f"{name}:", flush=True)
-        results["models"][name] = bench_model(name, MODELS[name], peak, args.rounds, args.block)
+        results["models"][name] = bench_model(name, MODELS[name], peak, args.rounds, args.block, args.processes)
     peak_after = {"fp32_gflops": peak_fp32_gflops(), "int8_gops": peak_int8_gops()}
     results["machine"]["after"] = peak_after  # the limit measured again at the end: drift shows here
     results["seconds"] = round(time.perf_counter() - started, 1)

@@ -3,8 +3,11 @@
 Each candidate is loaded once in its own worker process, so no runtime's thread pool competes
 with another's, and the candidates are timed in interleaved rounds (A B C, then C B A, ...) of
 ``block`` runs each; a candidate's figure is the median of its per-round medians, so drift in the
-machine's load hits every candidate alike. The machine's own limit (large fp32 and int8 matrix
-multiplies) is measured here too.
+machine's load hits every candidate alike. A process has its own speed too (where its memory and
+threads land: the same ONNX file in eight processes here spread 0.097-0.134 ms on the demo, 4.54-
+4.89 ms on the encoder), so each candidate can be loaded in several processes, its figure taken
+over all of them, and their spread reported as the noise floor of the comparison. The machine's
+own limit (large fp32 and int8 matrix multiplies) is measured here too.
 """
 from __future__ import annotations
 
@@ -28,32 +31,41 @@ def runner_loader(runtime: str, path: str | None, options: dict, threads: int | 
 
 
 def interleaved(jobs: dict[str, tuple[str, tuple]], inputs: list[np.ndarray], rounds: int = 7,
-                block: int = 20) -> dict[str, float]:
+                block: int = 20, processes: int = 1, spread: dict[str, float] | None = None) -> dict[str, float]:
     """Median p50 (ms) per job. A job is ``("module:function", args)``: the function, called in
-    the worker with ``args``, returns a callable that runs one inference on ``inputs``."""
+    the worker with ``args``, returns a callable that runs one inference on ``inputs``. With
+    ``processes`` > 1 each job runs in that many workers, all interleaved; ``spread`` (when given)
+    gets, per job, (slowest - fastest worker's median) / the job's median."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     pipes = {}
     for name, (loader, args) in jobs.items():
-        parent, child = context.Pipe()
-        context.Process(target=_worker, args=(child, loader, args, inputs), daemon=True).start()
-        pipes[name] = parent
+        for k in range(processes):
+            parent, child = context.Pipe()
+            context.Process(target=_worker, args=(child, loader, args, inputs), daemon=True).start()
+            pipes[name, k] = parent
     failed = {}
-    for name, pipe in list(pipes.items()):
+    for (name, k), pipe in list(pipes.items()):
         reply = pipe.recv()
         if reply != "ready":
             failed[name] = reply
-            del pipes[name]
-    medians: dict[str, list[float]] = {name: [] for name in pipes}
+            del pipes[name, k]
+    pipes = {key: pipe for key, pipe in pipes.items() if key[0] not in failed}
+    medians: dict[tuple[str, int], list[float]] = {key: [] for key in pipes}
     for r in range(rounds):
-        for name in (list(pipes) if r % 2 == 0 else list(reversed(pipes))):
+        for key in (list(pipes) if r % 2 == 0 else list(reversed(pipes))):
             time.sleep(SETTLE_S)  # let the previous worker's spinning thread pool go idle
-            pipes[name].send(block)
-            medians[name].append(statistics.median(pipes[name].recv()))
+            pipes[key].send(block)
+            medians[key].append(statistics.median(pipes[key].recv()))
     for pipe in pipes.values():
         pipe.send(0)
-    out: dict[str, Any] = {name: statistics.median(values) for name, values in medians.items()}
+    out: dict[str, Any] = {}
+    for name in dict.fromkeys(key[0] for key in pipes):
+        per_worker = [statistics.median(values) for (n, _), values in medians.items() if n == name]
+        out[name] = statistics.median([v for (n, _), values in medians.items() if n == name for v in values])
+        if spread is not None:
+            spread[name] = (max(per_worker) - min(per_worker)) / out[name]
     out.update({name: None for name in failed})
     for name, reason in failed.items():
         print(f"  {name}: could not be loaded for timing: {reason}", flush=True)
