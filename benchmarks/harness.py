@@ -1,8 +1,8 @@
 """Timing that survives a shared, noisy machine, used by every benchmark here.
 
-Each candidate is loaded once in its own worker process, so no runtime's thread pool competes
-with another's, and the candidates are timed in interleaved rounds (A B C, then C B A, ...) of
-``block`` runs each; a candidate's figure is the median of its per-round medians, so drift in the
+Each candidate is loaded in its own worker process, so no runtime's thread pool competes with
+another's, and the candidates are timed in interleaved rounds (A B C, then C A B, ...: a seeded
+random order each round) of ``block`` runs each; a candidate's figure is the median of its per-round medians, so drift in the
 machine's load hits every candidate alike. A process has its own speed too (where its memory and
 threads land: the same ONNX file in eight processes here spread 0.097-0.134 ms on the demo, 4.54-
 4.89 ms on the encoder), so each candidate can be loaded in several processes, its figure taken
@@ -12,6 +12,7 @@ own limit (large fp32 and int8 matrix multiplies) is measured here too.
 from __future__ import annotations
 
 import importlib
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -53,8 +54,11 @@ def interleaved(jobs: dict[str, tuple[str, tuple]], inputs: list[np.ndarray], ro
             del pipes[name, k]
     pipes = {key: pipe for key, pipe in pipes.items() if key[0] not in failed}
     medians: dict[tuple[str, int], list[float]] = {key: [] for key in pipes}
-    for r in range(rounds):
-        for key in (list(pipes) if r % 2 == 0 else list(reversed(pipes))):
+    order = random.Random(0)
+    for _ in range(rounds):
+        # A fresh seeded order each round: no candidate always follows the same neighbour (whose
+        # thread pool may still be spinning down) or always comes first.
+        for key in order.sample(list(pipes), len(pipes)):
             time.sleep(SETTLE_S)  # let the previous worker's spinning thread pool go idle
             pipes[key].send(block)
             medians[key].append(statistics.median(pipes[key].recv()))
