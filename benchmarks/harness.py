@@ -2,8 +2,8 @@
 
 Each candidate is loaded in its own worker process, so no runtime's thread pool competes with
 another's, and the candidates are timed in interleaved rounds (A B C, then C A B, ...: a seeded
-random order each round) of ``block`` runs each; a candidate's figure is the median of its per-round medians, so drift in the
-machine's load hits every candidate alike. A process has its own speed too (where its memory and
+random order each round) of ``block`` runs each; a candidate's figure is the median of its
+per-round medians, so drift in the machine's load hits every candidate alike. A process has its own speed too (where its memory and
 threads land: the same ONNX file in eight processes here spread 0.097-0.134 ms on the demo, 4.54-
 4.89 ms on the encoder), so each candidate can be loaded in several processes, its figure taken
 over all of them, and their spread reported as the noise floor of the comparison. The machine's
@@ -52,7 +52,8 @@ def interleaved(jobs: dict[str, tuple[str, tuple]], inputs: list[np.ndarray], ro
         if reply != "ready":
             failed[name] = reply
             del pipes[name, k]
-    pipes = {key: pipe for key, pipe in pipes.items() if key[0] not in failed}
+    for key in [key for key in pipes if key[0] in failed]:  # a job counts only if all its workers loaded
+        pipes.pop(key).send(0)
     medians: dict[tuple[str, int], list[float]] = {key: [] for key in pipes}
     order = random.Random(0)
     for _ in range(rounds):
