@@ -3,11 +3,11 @@
 Each candidate is loaded in its own worker process, so no runtime's thread pool competes with
 another's, and the candidates are timed in interleaved rounds (A B C, then C A B, ...: a seeded
 random order each round) of ``block`` runs each; a candidate's figure is the median of its
-per-round medians, so drift in the machine's load hits every candidate alike. A process has its own speed too (where its memory and
-threads land: the same ONNX file in eight processes here spread 0.097-0.134 ms on the demo, 4.54-
-4.89 ms on the encoder), so each candidate can be loaded in several processes, its figure taken
-over all of them, and their spread reported as the noise floor of the comparison. The machine's
-own limit (large fp32 and int8 matrix multiplies) is measured here too.
+per-round medians, so drift in the machine's load hits every candidate alike. A process has its own
+speed too (where its memory and threads land: the same ONNX file in eight processes here spread
+0.097-0.134 ms on the demo, 4.54-4.89 ms on the encoder), so each candidate can be loaded in several
+processes, its figure taken over all of them, and their spread reported as the noise floor of the
+comparison. The machine's own limit (large fp32 and int8 matrix multiplies) is measured here too.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ SETTLE_S = 0.1
 
 def runner_loader(runtime: str, path: str | None, options: dict, threads: int | None) -> Callable:
     """An artifact loaded exactly as the device runner loads it: a callable on a list of arrays."""
-    from edgeship.devices.runner import RUNTIMES
+    from edgeship.devices.eager import open_runner  # runner.py's, with the host-only eager runtime too
 
-    return RUNTIMES[runtime](path, options, threads)[0]
+    return open_runner(runtime, path, options, threads).infer
 
 
 def interleaved(jobs: dict[str, tuple[str, tuple]], inputs: list[np.ndarray], rounds: int = 7,
@@ -112,7 +112,8 @@ def peak_fp32_gflops(repeats: int = 5) -> float:
     best = 0.0
     for n in (1024, 2048):
         a, b = torch.randn(n, n), torch.randn(n, n)
-        best = max(best, _rate(n, lambda: torch.mm(a, b), repeats), _rate(n, _ort_matmul(n, "float32"), repeats))
+        best = max(best, _rate(n, lambda a=a, b=b: torch.mm(a, b), repeats),
+                   _rate(n, _ort_matmul(n, "float32"), repeats))
     return best
 
 
@@ -128,7 +129,7 @@ def peak_int8_gops(repeats: int = 5) -> float:
         w = torch.quantize_per_tensor(torch.randn(n, n), 0.05, 0, torch.qint8)
         packed = torch.ops.quantized.linear_prepack(w, None)
         x = torch.quantize_per_tensor(torch.rand(n, n), 0.01, 0, torch.quint8)
-        fbgemm = lambda: torch.ops.quantized.linear(x, packed, 0.1, 0)  # noqa: E731
+        fbgemm = lambda x=x, packed=packed: torch.ops.quantized.linear(x, packed, 0.1, 0)  # noqa: E731
         best = max(best, _rate(n, fbgemm, repeats), _rate(n, _ort_matmul(n, "int8"), repeats))
     return best
 
@@ -140,17 +141,20 @@ def _ort_matmul(n: int, kind: str) -> Callable[[], object]:
 
     rng = np.random.default_rng(0)
     if kind == "float32":
-        a_type, b_array, out_type, op = TensorProto.FLOAT, rng.random((n, n), dtype=np.float32), TensorProto.FLOAT, "MatMul"
+        a_type, b_array, out_type, op = (TensorProto.FLOAT, rng.random((n, n), dtype=np.float32),
+                                         TensorProto.FLOAT, "MatMul")
         a = rng.random((n, n), dtype=np.float32)
     else:
-        a_type, b_array, out_type, op = TensorProto.UINT8, rng.integers(-128, 127, (n, n), dtype=np.int8), TensorProto.INT32, "MatMulInteger"
+        a_type, b_array, out_type, op = (TensorProto.UINT8, rng.integers(-128, 127, (n, n), dtype=np.int8),
+                                         TensorProto.INT32, "MatMulInteger")
         a = rng.integers(0, 255, (n, n), dtype=np.uint8)
     b = helper.make_tensor("B", helper.np_dtype_to_tensor_dtype(b_array.dtype), [n, n], b_array.tobytes(), raw=True)
     graph = helper.make_graph([helper.make_node(op, ["A", "B"], ["Y"])], "peak",
                               [helper.make_tensor_value_info("A", a_type, [n, n])],
                               [helper.make_tensor_value_info("Y", out_type, [n, n])], [b])
-    session = ort.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(),
+        providers=["CPUExecutionProvider"])
     return lambda: session.run(None, {"A": a})
 
 

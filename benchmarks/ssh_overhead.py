@@ -27,7 +27,8 @@ sys.path.insert(0, str(REPO))
 
 from edgeship.devices import Job, LocalDevice  # noqa: E402
 from edgeship.devices.config import load_devices  # noqa: E402
-from edgeship.model import load_model, sha256_file  # noqa: E402
+from edgeship.devices.hashing import sha256_file  # noqa: E402
+from edgeship.model import load_model  # noqa: E402
 from edgeship.spec import demo_spec_path, load_spec  # noqa: E402
 
 

@@ -9,10 +9,16 @@ from typing import Any
 
 import numpy as np
 
-RUNNER = Path(__file__).resolve().parent / "runner.py"
-# What goes to a device beside each job: the runner, and the TensorRT engine builder it imports.
-RUNNER_FILES = {"runner.py": RUNNER, "tensorrt_engine.py": RUNNER.parent / "tensorrt_engine.py"}
-PROBE = Path(__file__).resolve().parent / "probe.py"
+HERE = Path(__file__).resolve().parent
+RUNNER = HERE / "runner.py"
+# What goes to a device beside each job: the runner and the sibling modules it imports (it
+# imports nothing of edgeship there): artifact hashing and the TensorRT engine builder.
+RUNNER_FILES = {name: HERE / name for name in ("runner.py", "hashing.py", "tensorrt_engine.py")}
+PROBE = HERE / "probe.py"
+# What `devices check` sends: the probe, and the runner it imports to list the runtimes.
+PROBE_FILES = {"probe.py": PROBE, **RUNNER_FILES}
+# The host-only eager runtime (it needs edgeship), run as a module instead of runner.py.
+EAGER_MODULE = "edgeship.devices.eager"
 
 
 @dataclass
@@ -48,11 +54,18 @@ class JobResult:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def read(cls, folder: Path) -> "JobResult":
-        """Read result.json and outputs.npz that a runner wrote into ``folder``."""
+    def read_from(cls, folder: Path, exit_code: int, output: str) -> JobResult:
+        """The result.json and outputs.npz a runner wrote into ``folder``. Raises MeasurementError
+        when it wrote no result (the last lines of ``output``, what it printed, say why) or its
+        result reports a failure."""
+        if not (folder / "result.json").exists():
+            tail = output.strip().splitlines()[-3:]
+            raise MeasurementError(f"runner exited {exit_code} without a result: {' | '.join(tail)}")
         doc = json.loads((folder / "result.json").read_text())
+        if not doc.get("ok"):
+            raise MeasurementError(doc.get("error", "runner failed"))
         outputs: list[np.ndarray] = []
-        if doc.get("ok") and (folder / "outputs.npz").exists():
+        if (folder / "outputs.npz").exists():
             with np.load(folder / "outputs.npz", allow_pickle=False) as npz:
                 outputs = [npz[f"out{i}"] for i in range(len(npz.files))]
         return cls(doc, outputs)
@@ -120,7 +133,7 @@ class Device(ABC):
             return "the eager float model runs only on the host (it needs edgeship and the model's source)"
         return host_unavailable if self.transport == "local" else None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a hook: most transports keep nothing open)
         """Release what the device keeps open between jobs (a shared connection); default: nothing."""
 
     def describe(self) -> str:
@@ -140,7 +153,7 @@ class RemoteDevice(Device):
         self.lock_timeout_s = config.lock_timeout_s
 
 
-def probe_report(device: "Device", stdout: str) -> DeviceReport:
+def probe_report(device: Device, stdout: str) -> DeviceReport:
     """A DeviceReport from the JSON that probe.py printed on the device."""
     try:
         doc = json.loads(stdout.strip().splitlines()[-1])

@@ -33,7 +33,8 @@ class RemoteSettings(StrictModel):
     transfer_timeout_s: float = Field(300.0, gt=0, description="Seconds one copy to or from the device may take.")
     retries: int = Field(2, ge=0, le=10, description="Times a job is started again after its connection dropped.")
     backoff_s: float = Field(2.0, ge=0, description="Seconds before the first retry; doubled before each next one.")
-    lock_timeout_s: float = Field(3600.0, gt=0, description="Seconds to wait for another build to finish timing on the device.")
+    lock_timeout_s: float = Field(
+        3600.0, gt=0, description="Seconds to wait for another build to finish timing on the device.")
 
     @field_validator("workdir", check_fields=False)
     @classmethod
@@ -67,9 +68,13 @@ class SshConfig(RemoteSettings):
     port: int = Field(22, ge=1, le=65535, description="sshd's port.")
     user: str | None = Field(None, description="Login name; unset: the ssh client's default.")
     identity: Path | None = Field(None, description="Private key file; unset: the ssh agent or ssh config.")
-    known_hosts: Path | None = Field(None, description="known_hosts file holding the device's host key; unset: ssh's default. Host keys are always checked.")
-    python: str = Field("python3", description="Python on the device that runs the runner (needs numpy and the runtimes).")
-    workdir: str = Field("/tmp/edgeship", description="Absolute folder on the device under which each job gets its own folder.")
+    known_hosts: Path | None = Field(
+        None, description="known_hosts file holding the device's host key; unset: ssh's default. "
+                          "Host keys are always checked.")
+    python: str = Field(
+        "python3", description="Python on the device that runs the runner (needs numpy and the runtimes).")
+    workdir: str = Field(
+        "/tmp/edgeship", description="Absolute folder on the device under which each job gets its own folder.")
     ssh: str = Field("ssh", description="The OpenSSH client to run.")
     multiplex: bool = Field(True, description="Share one connection between a job's steps (OpenSSH ControlMaster).")
 
@@ -88,7 +93,9 @@ class AdbConfig(RemoteSettings):
     serial: str = Field(min_length=1, description="The device's serial (adb devices lists them).")
     adb: str = Field("adb", description="The adb client to run.")
     workdir: str = Field("/data/local/tmp/edgeship", description="Absolute folder on the device for job files.")
-    programs: dict[str, str] = Field(default_factory=dict, description="Runtime -> path on the device of its benchmark program: executorch -> executor_runner, pytorch-mobile -> speed_benchmark_torch.")
+    programs: dict[str, str] = Field(
+        default_factory=dict, description="Runtime -> path on the device of its benchmark program: "
+                                          "executorch -> executor_runner, pytorch-mobile -> speed_benchmark_torch.")
 
     @field_validator("programs")
     @classmethod

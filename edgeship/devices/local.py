@@ -7,7 +7,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from edgeship.devices.base import PROBE, RUNNER, Device, DeviceReport, Job, JobResult, MeasurementError, probe_report
+from edgeship.devices.base import (
+    EAGER_MODULE,
+    PROBE,
+    RUNNER,
+    Device,
+    DeviceReport,
+    Job,
+    JobResult,
+    MeasurementError,
+    probe_report,
+)
 
 
 class LocalDevice(Device):
@@ -32,17 +42,17 @@ class LocalDevice(Device):
         artifact = str(job.artifact.resolve()) if job.artifact else None
         (workdir / "job.json").write_text(json.dumps(job.document(artifact, str(job.inputs.resolve()))))
         try:
-            proc = subprocess.run([self.python, str(RUNNER), str(workdir / "job.json")],
-                                  capture_output=True, text=True, timeout=job.timeout_s)
+            proc = subprocess.run(self.command(job, workdir / "job.json"), capture_output=True, text=True,
+                                  timeout=job.timeout_s)
         except subprocess.TimeoutExpired:
             raise MeasurementError(f"runner did not finish within {job.timeout_s:.0f} s") from None
-        if not (workdir / "result.json").exists():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            raise MeasurementError(f"runner exited {proc.returncode} without a result: {' | '.join(tail)}")
-        result = JobResult.read(workdir)
-        if not result.document.get("ok"):
-            raise MeasurementError(result.document.get("error", "runner failed"))
-        return result
+        return JobResult.read_from(workdir, proc.returncode, proc.stderr or proc.stdout)
+
+    def command(self, job: Job, job_file: Path) -> list[str]:
+        """runner.py for ``job``; the eager model's runner as a module, since it imports edgeship."""
+        if job.runtime == "eager":
+            return [self.python, "-m", EAGER_MODULE, str(job_file)]
+        return [self.python, str(RUNNER), str(job_file)]
 
     def check(self) -> DeviceReport:
         with tempfile.TemporaryDirectory(prefix="edgeship-probe-") as tmp:

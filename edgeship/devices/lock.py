@@ -51,7 +51,7 @@ class DeviceLock:
         self.on_wait = on_wait
         self._file: IO[str] | None = None
 
-    def __enter__(self) -> "DeviceLock":
+    def __enter__(self) -> DeviceLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         f = open(self.path, "a+")
         try:

@@ -25,10 +25,8 @@ def runtimes():
     except Exception as e:  # numpy missing, a syntax error on an old Python: say which
         return {"(runner.py)": "not importable: %s: %s" % (type(e).__name__, e)}
     out = {}
-    for name in sorted(runner.RUNTIMES):
-        if name == "eager":
-            continue
-        out[name] = _import(runner.IMPORTS.get(name, []))
+    for name, cls in sorted(runner.RUNNERS.items()):
+        out[name] = _import(list(cls.imports))
     return out
 
 

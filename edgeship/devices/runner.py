@@ -4,15 +4,20 @@
 
 Runs on the device (or in a fresh process on the host). Needs only the standard library, numpy
 and the runtime the job names, so it runs on a stock JetPack or macOS Python; it is copied to the
-device beside the artifact. The job (JSON) names the runtime, the artifact and its sha256, an
-inputs ``.npz`` (one array per input, N samples), the batch size, warmup, iterations and threads.
+device beside the artifact, with its companions hashing.py and tensorrt_engine.py, and imports
+nothing of edgeship. The job (JSON) names the runtime, the artifact and its sha256, an inputs
+``.npz`` (one array per input, N samples), the batch size, warmup, iterations and threads.
 The runner checks the artifact's sha256 first, times ``iterations`` inferences on the first batch
 after ``warmup`` untimed ones, then runs every batch and writes the outputs ``.npz`` (``out0``,
 ``out1``, ...) and a result JSON. Accuracy is computed by the host from those outputs.
+
+Each runtime is a ``Runner`` (after Polygraphy's runners): ``load()`` the artifact, ``infer()`` a
+batch, ``close()``; ``run()`` does all the timing. The host-only ``eager`` runtime lives in
+``edgeship/devices/eager.py``, which registers its runner here and calls ``main()``.
 """
 from __future__ import annotations
 
-import hashlib
+import importlib
 import json
 import os
 import platform
@@ -22,19 +27,90 @@ import traceback
 
 import numpy as np
 
-RUNTIMES = {}  # runtime id -> loader(path, options, threads) -> (predict, version)
-# Modules imported before the load timer starts, so load_ms is the artifact's load, not the import.
-IMPORTS = {"eager": ["torch", "edgeship.model"], "pytorch-mobile": ["torch", "torch.jit.mobile"],
-           "executorch": ["torch", "executorch.runtime"], "onnxruntime": ["onnxruntime"],
-           "coreml": ["coremltools"]}
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def runtime(name):
-    """Register a loader under a runtime id."""
-    def register(fn):
-        RUNTIMES[name] = fn
-        return fn
-    return register
+def sibling(name):
+    """Import the module shipped beside this file (hashing, tensorrt_engine). runner.py runs as a
+    lone script on devices, so it imports its companions by folder, never through the edgeship
+    package; the folder leaves sys.path again, so that on the host it shadows nothing."""
+    sys.path.insert(0, HERE)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(HERE)
+
+
+sha256_path = sibling("hashing").sha256_path
+
+RUNNERS = {}  # runtime id -> Runner subclass, filled as each subclass is defined
+
+
+class Runner:
+    """How one runtime runs an artifact: ``load()`` it, ``infer()`` a batch, ``close()``.
+
+    A subclass names its ``runtime`` id, which registers it in RUNNERS, and the modules to
+    ``imports`` before the load timer starts, so load_ms is the artifact's load, not the runtime's
+    import. ``load()`` sets ``version`` (the runtime as the report shows it) and may add ``notes``.
+    Runners do not time themselves: ``run()`` times every runtime the same way.
+    """
+
+    runtime = None
+    imports = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.runtime:
+            RUNNERS[cls.runtime] = cls
+
+    def __init__(self, path, options, threads):
+        self.path = path
+        self.options = options or {}
+        self.threads = threads
+        self.version = "unknown"
+        self.notes = []
+
+    def load(self):
+        """Load the artifact at ``path``, ready to infer."""
+        raise NotImplementedError
+
+    def infer(self, arrays):
+        """Outputs (a list of numpy arrays) for one batch: ``arrays``, one per input."""
+        raise NotImplementedError
+
+    def close(self):
+        """Release what load() holds; default: nothing beyond what the process exit frees."""
+
+    def threads_in_use(self):
+        """The threads the runtime runs with when the job does not say."""
+        return os.cpu_count()
+
+    @classmethod
+    def measured_elsewhere(cls, job, artifact):
+        """A whole result document measured by an outside tool instead of load/infer, or None."""
+        return None
+
+
+def runner_class(runtime):
+    """The Runner registered for ``runtime``; the error lists the ones this runner has."""
+    if runtime not in RUNNERS:
+        raise RuntimeError("unknown runtime %r; this runner has: %s" % (runtime, ", ".join(sorted(RUNNERS))))
+    return RUNNERS[runtime]
+
+
+def start(cls, path, options, threads):
+    """A loaded ``cls`` runner and its load time in ms (the runtime's imports done first, untimed)."""
+    for module in cls.imports:
+        importlib.import_module(module)
+    runner = cls(path, options, threads)
+    t0 = time.perf_counter_ns()
+    runner.load()
+    return runner, (time.perf_counter_ns() - t0) / 1e6
+
+
+def open_runner(runtime, path, options=None, threads=None):
+    """A loaded runner for ``runtime``, loaded exactly as a job loads it; close() it when done."""
+    return start(runner_class(runtime), path, options or {}, threads)[0]
 
 
 def _to_numpy_list(out):
@@ -54,130 +130,184 @@ def _to_numpy_list(out):
     return flat
 
 
-def _torch_threads(threads):
-    import torch
+class TorchRunner(Runner):
+    """What the runtimes running a torch module share: torch's thread count, tensors in and out."""
 
-    if threads:
-        torch.set_num_threads(int(threads))
-    return torch.get_num_threads()
+    def set_threads(self):
+        import torch
 
+        if self.threads:
+            torch.set_num_threads(int(self.threads))
 
-def _torch_predict(fn):
-    import torch
+    def use(self, module):
+        """Infer with ``module`` (a callable on torch tensors)."""
+        import torch
 
-    def predict(arrays):
+        self._torch, self._module = torch, module
+        self.version = "torch " + torch.__version__.split("+")[0]
+
+    def infer(self, arrays):
+        torch = self._torch
         with torch.inference_mode():
-            return _to_numpy_list(fn(*[torch.from_numpy(a) for a in arrays]))
-    return predict
+            return _to_numpy_list(self._module(*[torch.from_numpy(a) for a in arrays]))
+
+    def threads_in_use(self):
+        return self._torch.get_num_threads()
 
 
-@runtime("pytorch-mobile")
-def load_lite(path, options, threads):
+class PyTorchMobileRunner(TorchRunner):
     """A ``.ptl`` in torch's lite interpreter (what PyTorch Mobile runs on phones)."""
-    import torch
-    from torch.jit.mobile import _load_for_lite_interpreter
 
-    _torch_threads(threads)
-    if options.get("quantized_engine"):  # int8 weights are packed for the engine at load time
-        torch.backends.quantized.engine = options["quantized_engine"]
-    return _torch_predict(_load_for_lite_interpreter(path)), "torch " + torch.__version__.split("+")[0]
+    runtime = "pytorch-mobile"
+    imports = ("torch", "torch.jit.mobile")
+
+    def load(self):
+        import torch
+        from torch.jit.mobile import _load_for_lite_interpreter
+
+        self.set_threads()
+        if self.options.get("quantized_engine"):  # int8 weights are packed for the engine at load time
+            torch.backends.quantized.engine = self.options["quantized_engine"]
+        self.use(_load_for_lite_interpreter(self.path))
 
 
-@runtime("executorch")
-def load_executorch(path, options, threads):
+class ExecuTorchRunner(Runner):
     """A ``.pte`` in the ExecuTorch runtime; ``threads`` sizes the XNNPACK threadpool."""
-    import torch
-    from executorch.runtime import Runtime
 
-    if threads:
-        from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-        _unsafe_reset_threadpool(int(threads))
-    method = Runtime.get().load_program(path).load_method("forward")
+    runtime = "executorch"
+    imports = ("torch", "executorch.runtime")
 
-    def predict(arrays):
-        return _to_numpy_list(method.execute([torch.from_numpy(a) for a in arrays]))
-    return predict, "executorch " + _version("executorch")
+    def load(self):
+        import torch
+        from executorch.runtime import Runtime
+
+        if self.threads:
+            from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+            _unsafe_reset_threadpool(int(self.threads))
+        self._torch = torch
+        self._method = Runtime.get().load_program(self.path).load_method("forward")
+        self.version = "executorch " + _version("executorch")
+
+    def infer(self, arrays):
+        return _to_numpy_list(self._method.execute([self._torch.from_numpy(a) for a in arrays]))
 
 
 ORT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
               "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 
-@runtime("onnxruntime")
-def load_onnxruntime(path, options, threads):
+class OnnxRuntimeRunner(Runner):
     """An ``.onnx`` in ONNX Runtime; options: graph_optimization (disabled|basic|extended|all), providers."""
-    import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    if threads:
-        so.intra_op_num_threads = int(threads)
-    so.inter_op_num_threads = 1
-    level = options.get("graph_optimization", "all")
-    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, ORT_LEVELS[level])
-    providers = options.get("providers") or ["CPUExecutionProvider"]
-    session = ort.InferenceSession(path, sess_options=so, providers=providers)
-    names = [i.name for i in session.get_inputs()]
+    runtime = "onnxruntime"
+    imports = ("onnxruntime",)
 
-    def predict(arrays):
-        return session.run(None, dict(zip(names, arrays)))
-    return predict, "onnxruntime " + ort.__version__
+    def load(self):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        if self.threads:
+            so.intra_op_num_threads = int(self.threads)
+        so.inter_op_num_threads = 1
+        level = self.options.get("graph_optimization", "all")
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, ORT_LEVELS[level])
+        providers = self.options.get("providers") or ["CPUExecutionProvider"]
+        self._session = ort.InferenceSession(self.path, sess_options=so, providers=providers)
+        self._names = [i.name for i in self._session.get_inputs()]
+        self.version = "onnxruntime " + ort.__version__
+
+    def infer(self, arrays):
+        return self._session.run(None, dict(zip(self._names, arrays)))
 
 
-@runtime("coreml")
-def load_coreml(path, options, threads):
+class CoreMlRunner(Runner):
     """An ``.mlpackage`` in Core ML (macOS only) with the compute units the profile names."""
-    import coremltools as ct
 
-    units = getattr(ct.ComputeUnit, options.get("compute_units", "ALL"))
-    model = ct.models.MLModel(path, compute_units=units)
-    spec = model.get_spec()
-    inputs = [f.name for f in spec.description.input]
-    outputs = [f.name for f in spec.description.output]
+    runtime = "coreml"
+    imports = ("coremltools",)
 
-    def predict(arrays):
-        result = model.predict(dict(zip(inputs, arrays)))
-        return [np.asarray(result[name]) for name in outputs]
-    return predict, "coremltools %s (Core ML, %s)" % (ct.__version__, options.get("compute_units", "ALL"))
+    def load(self):
+        import coremltools as ct
+
+        units = self.options.get("compute_units", "ALL")
+        self._model = ct.models.MLModel(self.path, compute_units=getattr(ct.ComputeUnit, units))
+        spec = self._model.get_spec()
+        self._inputs = [f.name for f in spec.description.input]
+        self._outputs = [f.name for f in spec.description.output]
+        self.version = "coremltools %s (Core ML, %s)" % (ct.__version__, units)
+
+    def infer(self, arrays):
+        result = self._model.predict(dict(zip(self._inputs, arrays)))
+        return [np.asarray(result[name]) for name in self._outputs]
 
 
-@runtime("tensorrt")
-def load_tensorrt(path, options, threads):
+class TensorRtRunner(Runner):
     """An ONNX model built into a TensorRT engine here (once; kept beside the model), run through
-    Polygraphy's TrtRunner. Without TensorRT, the job's proxy runtime runs the ONNX instead,
-    labelled as a proxy, with the reason in the notes."""
-    try:
-        import tensorrt
-    except ImportError as e:
-        reason = "TensorRT engine latency not measured here: cannot import tensorrt (%s)" % e
-        return _proxy(path, options, threads, reason)
-    engine, notes = _engine_for(path, options["engine"])
-    try:
-        from polygraphy.backend.common import BytesFromPath
-        from polygraphy.backend.trt import EngineFromBytes, TrtRunner
-    except ImportError:
-        raise RuntimeError("running TensorRT engines needs Polygraphy on the device: pip install polygraphy")
-    trt_runner = TrtRunner(EngineFromBytes(BytesFromPath(engine)))
-    trt_runner.activate()
-    names = list(trt_runner.get_input_metadata().keys())
+    Polygraphy's TrtRunner. Without TensorRT's Python bindings, trtexec times the engine when it is
+    installed; otherwise the job's proxy runtime runs the ONNX instead, labelled as a proxy, with
+    the reason in the notes."""
 
-    def predict(arrays):
-        return list(trt_runner.infer(feed_dict=dict(zip(names, arrays))).values())
-    return predict, "tensorrt " + tensorrt.__version__, notes
+    runtime = "tensorrt"
+    _trt = None
+    _proxy = None
+
+    @classmethod
+    def measured_elsewhere(cls, job, artifact):
+        trtexec = _trtexec_instead()
+        return run_trtexec(job, artifact, trtexec) if trtexec else None
+
+    def load(self):
+        try:
+            import tensorrt
+        except ImportError as e:
+            self._load_proxy("TensorRT engine latency not measured here: cannot import tensorrt (%s)" % e)
+            return
+        engine, self.notes = _engine_for(self.path, self.options["engine"])
+        try:
+            from polygraphy.backend.common import BytesFromPath
+            from polygraphy.backend.trt import EngineFromBytes, TrtRunner
+        except ImportError:
+            raise RuntimeError("running TensorRT engines needs Polygraphy on the device: "
+                               "pip install polygraphy") from None
+        self._trt = TrtRunner(EngineFromBytes(BytesFromPath(engine)))
+        self._trt.activate()
+        self._names = list(self._trt.get_input_metadata().keys())
+        self.version = "tensorrt " + tensorrt.__version__
+
+    def _load_proxy(self, reason):
+        proxy = self.options.get("proxy")
+        if not proxy:
+            raise RuntimeError(reason)
+        options = proxy.get("options", {})
+        self._proxy = runner_class(proxy["runtime"])(self.path, options, self.threads)
+        self._proxy.load()
+        self.version = proxy["label"]
+        self.notes = [reason, "timed instead with %s, graph optimization %s"
+                      % (self._proxy.version, options.get("graph_optimization", "all"))]
+
+    def infer(self, arrays):
+        if self._proxy is not None:
+            return self._proxy.infer(arrays)
+        return list(self._trt.infer(feed_dict=dict(zip(self._names, arrays))).values())
+
+    def close(self):
+        if self._proxy is not None:
+            self._proxy.close()
+        if self._trt is not None:
+            self._trt.deactivate()
+            self._trt = None
 
 
 def _engine_for(onnx_path, settings):
     """The engine for ``onnx_path``: reused when present, else built with tensorrt_engine.py."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import tensorrt_engine
-
     folder, name = os.path.split(os.path.abspath(onnx_path))
     settings = dict(settings, onnx=name, engine=os.path.splitext(name)[0] + ".engine")
     engine = os.path.join(folder, settings["engine"])
     if os.path.exists(engine):
         return engine, ["engine reused: %s" % settings["engine"]]
-    start = time.perf_counter()
-    tensorrt_engine.build_engine(settings, folder)
-    return engine, ["engine built on this device in %.1f s (%s)" % (time.perf_counter() - start, settings["precision"])]
+    began = time.perf_counter()
+    sibling("tensorrt_engine").build_engine(settings, folder)
+    return engine, ["engine built on this device in %.1f s (%s)" % (time.perf_counter() - began, settings["precision"])]
 
 
 def _trtexec_instead():
@@ -188,22 +318,21 @@ def _trtexec_instead():
     except ImportError:
         pass
     import shutil
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from tensorrt_engine import DEFAULT_TRTEXEC
-    return shutil.which("trtexec") or (DEFAULT_TRTEXEC if os.path.exists(DEFAULT_TRTEXEC) else None)
+    default = sibling("tensorrt_engine").DEFAULT_TRTEXEC
+    return shutil.which("trtexec") or (default if os.path.exists(default) else None)
 
 
 def run_trtexec(job, artifact, trtexec):
     """Build and time the engine with trtexec; its summary gives the statistics (no outputs)."""
     import subprocess
-    from tensorrt_engine import parse_trtexec_summary, trtexec_command
 
+    tensorrt_engine = sibling("tensorrt_engine")
     folder, name = os.path.split(os.path.abspath(artifact))
     settings = dict(job["options"]["engine"], onnx=name, engine=os.path.splitext(name)[0] + ".engine")
-    cmd = trtexec_command(settings, trtexec) + ["--iterations=%d" % int(job.get("iterations", 100)),
-                                                "--duration=0", "--avgRuns=1"]
+    cmd = tensorrt_engine.trtexec_command(settings, trtexec) + [
+        "--iterations=%d" % int(job.get("iterations", 100)), "--duration=0", "--avgRuns=1"]
     proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
-    summary = parse_trtexec_summary(proc.stdout).get("latency")
+    summary = tensorrt_engine.parse_trtexec_summary(proc.stdout).get("latency")
     if proc.returncode != 0 or not summary:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
         raise RuntimeError("trtexec exited %d: %s" % (proc.returncode, " | ".join(tail)))
@@ -214,57 +343,12 @@ def run_trtexec(job, artifact, trtexec):
                       "default 200 ms; no outputs, so accuracy is not measured on this device"]}
 
 
-def _proxy(path, options, threads, reason):
-    proxy = options.get("proxy")
-    if not proxy:
-        raise RuntimeError(reason)
-    predict, version = RUNTIMES[proxy["runtime"]](path, proxy.get("options", {}), threads)
-    return predict, proxy["label"], [reason, "timed instead with %s, graph optimization %s"
-                                     % (version, proxy.get("options", {}).get("graph_optimization", "all"))]
-
-
-@runtime("eager")
-def load_eager(path, options, threads):
-    """The float PyTorch module itself (host only: it needs edgeship and the model's source)."""
-    import torch
-    from edgeship.model import load_model
-    from edgeship.spec import ModelSpec
-
-    _torch_threads(threads)
-    spec = ModelSpec.model_validate(options["spec"])
-    spec.base_dir = options["base_dir"]
-    module = load_model(spec, trust_weights=options.get("trust_weights", False)).module
-    return _torch_predict(module), "torch " + torch.__version__.split("+")[0]
-
-
 def _version(dist):
     try:
         from importlib.metadata import version
         return version(dist)
     except Exception:
         return "unknown"
-
-
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def sha256_path(path):
-    """sha256 of a file; for a folder (an .mlpackage), of every file's relative path and sha256."""
-    path = str(path)
-    if not os.path.isdir(path):
-        return sha256_file(path)
-    lines = []
-    for root, _, files in os.walk(path):
-        for name in files:
-            full = os.path.join(root, name)
-            rel = os.path.relpath(full, path).replace(os.sep, "/")
-            lines.append("%s  %s\n" % (sha256_file(full), rel))
-    return hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
 
 
 def peak_rss_mb():
@@ -301,56 +385,54 @@ def batches(inputs, names, batch):
     return out, n
 
 
+def check_sha256(artifact, expected):
+    """Refuse an artifact that is not the one the host measured for (a stale or partial copy)."""
+    if artifact and expected:
+        actual = sha256_path(artifact)
+        if actual != expected:
+            raise RuntimeError("artifact %s: sha256 %s does not match the expected %s" % (artifact, actual, expected))
+
+
+def time_inference(runner, batch, warmup, iterations):
+    """Milliseconds of each of ``iterations`` inferences on ``batch``, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        runner.infer(batch)
+    timings = []
+    for _ in range(iterations):
+        t0 = time.perf_counter_ns()
+        runner.infer(batch)
+        timings.append((time.perf_counter_ns() - t0) / 1e6)
+    return timings
+
+
 def run(job, base):
     """Do the job; return the result document (raises on failure)."""
     resolve = lambda p: p if os.path.isabs(p) else os.path.join(base, p)  # noqa: E731
+    cls = runner_class(job["runtime"])
     artifact = resolve(job["artifact"]) if job.get("artifact") else None
-    if artifact and job.get("sha256"):
-        actual = sha256_path(artifact)
-        if actual != job["sha256"]:
-            raise RuntimeError("artifact %s: sha256 %s does not match the expected %s"
-                               % (artifact, actual, job["sha256"]))
+    check_sha256(artifact, job.get("sha256"))
     with np.load(resolve(job["inputs"]), allow_pickle=False) as npz:
         inputs = {k: npz[k] for k in npz.files}
-    names = job["input_names"]
-    data, n = batches(inputs, names, int(job.get("batch", 1)))
-    if job["runtime"] == "tensorrt":
-        trtexec = _trtexec_instead()
-        if trtexec:
-            return run_trtexec(job, artifact, trtexec)
-    loader = RUNTIMES[job["runtime"]]
-    import importlib
-    for module in IMPORTS.get(job["runtime"], []):
-        importlib.import_module(module)
-    t0 = time.perf_counter_ns()
-    loaded = loader(artifact, job.get("options", {}), job.get("threads"))
-    load_ms = (time.perf_counter_ns() - t0) / 1e6
-    predict, version, notes = loaded if len(loaded) == 3 else (loaded[0], loaded[1], [])
-    for _ in range(int(job.get("warmup", 10))):
-        predict(data[0])
-    timings = []
-    for _ in range(int(job.get("iterations", 100))):
-        t0 = time.perf_counter_ns()
-        predict(data[0])
-        timings.append((time.perf_counter_ns() - t0) / 1e6)
-    outputs = [predict(b) for b in data]
+    data, n = batches(inputs, job["input_names"], int(job.get("batch", 1)))
+    measured = cls.measured_elsewhere(job, artifact)
+    if measured is not None:
+        return measured
+    runner, load_ms = start(cls, artifact, job.get("options", {}), job.get("threads"))
+    try:
+        timings = time_inference(runner, data[0], int(job.get("warmup", 10)), int(job.get("iterations", 100)))
+        outputs = [runner.infer(b) for b in data]
+        threads = job.get("threads") or runner.threads_in_use()
+    finally:
+        runner.close()
     merged = {"out%d" % i: np.concatenate([o[i] for o in outputs])[:n] for i in range(len(outputs[0]))}
     np.savez(resolve(job.get("outputs", "outputs.npz")), **merged)
     return {
-        "ok": True, "runtime": job["runtime"], "runtime_version": version,
-        "threads": job.get("threads") or _threads_in_use(job["runtime"]),
+        "ok": True, "runtime": job["runtime"], "runtime_version": runner.version, "threads": threads,
         "load_ms": load_ms, "timings_ms": timings, "peak_rss_mb": peak_rss_mb(),
-        "samples": n, "outputs": job.get("outputs", "outputs.npz"), "notes": notes,
+        "samples": n, "outputs": job.get("outputs", "outputs.npz"), "notes": runner.notes,
         "host": {"platform": platform.platform(), "machine": platform.machine(),
                  "python": platform.python_version(), "cpus": os.cpu_count()},
     }
-
-
-def _threads_in_use(name):
-    if name in ("eager", "pytorch-mobile"):
-        import torch
-        return torch.get_num_threads()
-    return os.cpu_count()
 
 
 def stop_at_deadline(seconds):
@@ -368,6 +450,7 @@ def stop_at_deadline(seconds):
 
 
 def main(argv=None):
+    """Run the job file named on the command line; write its result JSON (a failure included)."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: runner.py JOB.json", file=sys.stderr)
@@ -377,9 +460,6 @@ def main(argv=None):
     base = os.path.dirname(os.path.abspath(argv[0]))
     result_path = os.path.join(base, job.get("result", "result.json"))
     try:
-        if job["runtime"] not in RUNTIMES:
-            raise RuntimeError("unknown runtime %r; this runner has: %s"
-                               % (job["runtime"], ", ".join(sorted(RUNTIMES))))
         stop_at_deadline(job.get("deadline_s"))
         result = run(job, base)
         code = 0

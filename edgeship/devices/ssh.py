@@ -4,9 +4,10 @@ The OpenSSH client does the work: key-based only (``BatchMode=yes``), the host k
 (``StrictHostKeyChecking=yes`` against the device's ``known_hosts``), a connect timeout, keep-alives
 that notice a dropped link, and a timeout on every step. A job is two sessions:
 
-    send + run       a tar of runner.py, job.json, the artifact and the inputs unpacked into a fresh
-                     job folder, then python runner.py job.json (the runner checks the artifact's
-                     sha256 and stops itself at the job's deadline)
+    send + run       a tar of runner.py (with hashing.py and tensorrt_engine.py, which it imports),
+                     job.json, the artifact and the inputs unpacked into a fresh job folder, then
+                     python runner.py job.json (the runner checks the artifact's sha256 and stops
+                     itself at the job's deadline)
     fetch + clean    result.json, outputs.npz and runner.log back as a tar, then rm -rf the folder
                      (a folder a dropped connection left behind goes before the next job)
 
@@ -29,8 +30,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from edgeship.devices.base import (PROBE, RUNNER, RUNNER_FILES, DeviceReport, Job, JobResult, MeasurementError, RemoteDevice,
-                                   TransportError, probe_report)
+from edgeship.devices.base import (
+    PROBE_FILES,
+    RUNNER_FILES,
+    DeviceReport,
+    Job,
+    JobResult,
+    MeasurementError,
+    RemoteDevice,
+    TransportError,
+    probe_report,
+)
 
 RESULT_FILES = ("result.json", "outputs.npz", "runner.log")
 UNPACK_FAILED = 97       # the exit status of a send + run whose mkdir or tar failed
@@ -101,14 +111,15 @@ class SshDevice(RemoteDevice):
         except MeasurementError:
             self._remove(remote)  # a step failed: the folder may still be there
             raise
-        return self._read(workdir, code)
+        log = workdir / "runner.log"
+        return JobResult.read_from(workdir, code, log.read_text(errors="replace") if log.exists() else "")
 
     def check(self) -> DeviceReport:
         remote = f"{self.config.workdir}/probe-{uuid.uuid4().hex[:12]}"
-        probe = f"{shlex.quote(self.config.python)} probe.py .; status=$?; cd / && rm -rf {shlex.quote(remote)}; exit $status"
+        probe = (f"{shlex.quote(self.config.python)} probe.py .; status=$?; "
+                 f"cd / && rm -rf {shlex.quote(remote)}; exit $status")
         try:
-            proc = self._send_and_run({"probe.py": PROBE, "runner.py": RUNNER}, remote, probe,
-                                      self.config.transfer_timeout_s)
+            proc = self._send_and_run(PROBE_FILES, remote, probe, self.config.transfer_timeout_s)
         except MeasurementError as e:
             return DeviceReport(self.name, self.transport, self.address, reachable=False, error=str(e))
         finally:
@@ -188,13 +199,3 @@ class SshDevice(RemoteDevice):
             if marker in stderr:
                 return MeasurementError(f"ssh to {self.address} refused: {why} ({tail})")
         return TransportError(f"ssh to {self.address} failed during {step} (connection lost or refused): {tail}")
-
-    def _read(self, workdir: Path, code: int) -> JobResult:
-        if not (workdir / "result.json").exists():
-            log = (workdir / "runner.log")
-            tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
-            raise MeasurementError(f"runner exited {code} without a result: {' | '.join(tail)}")
-        result = JobResult.read(workdir)
-        if not result.document.get("ok"):
-            raise MeasurementError(result.document.get("error", "runner failed"))
-        return result

@@ -23,7 +23,8 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 def missing() -> str | None:
     """Why no throwaway sshd can start here, or None."""
     absent = [name for name, path in (("sshd", SSHD), ("ssh", shutil.which("ssh")),
-                                      ("ssh-keygen", shutil.which("ssh-keygen"))) if not path or not os.path.exists(path)]
+                                      ("ssh-keygen", shutil.which("ssh-keygen")))
+              if not path or not os.path.exists(path)]
     if absent:
         return (f"OpenSSH not installed here ({', '.join(absent)} missing); .ci/run installs openssh-server and "
                 "openssh-client with apt-get")

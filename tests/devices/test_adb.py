@@ -19,7 +19,7 @@ from edgeship.devices import Job
 from edgeship.devices.config import load_devices
 from edgeship.pipeline.validate import measure
 from edgeship.profile import LatencySettings
-from tests.devices.test_native import FIXTURES, recorded
+from tests.devices.test_native import FIXTURES
 
 FAKE_ADB = textwrap.dedent(f"""\
     #!{sys.executable}
@@ -67,7 +67,9 @@ def adb(tmp_path, monkeypatch):
         adb = "{script}"
         retries = 1
         backoff_s = 0.5
-        programs = {{ executorch = "/data/local/tmp/bin/executor_runner", "pytorch-mobile" = "/data/local/tmp/bin/speed_benchmark_torch" }}
+        [devices.pixel8.programs]
+        executorch = "/data/local/tmp/bin/executor_runner"
+        "pytorch-mobile" = "/data/local/tmp/bin/speed_benchmark_torch"
         """))
     return load_devices(devices).device("pixel8")
 

@@ -33,7 +33,8 @@ def test_devices_file_reads_every_transport_and_always_has_host(tmp_path) -> Non
     devices = load_devices(path)
     assert devices.names == ["host", "orin", "pixel8"]
     orin, pixel, host = devices.select(["orin", "pixel8", "host", "orin"])
-    assert (orin.address, orin.config.identity, orin.config.port) == ("nvidia@orin.local:22", tmp_path / "id_ed25519", 22)
+    assert ((orin.address, orin.config.identity, orin.config.port)
+            == ("nvidia@orin.local:22", tmp_path / "id_ed25519", 22))
     assert (pixel.address, pixel.transport, host.transport) == ("38011FDJH00ABC", "adb", "local")
     assert orin.retries == 2 and orin.lock_key == "ssh-nvidia@orin.local:22"
 
@@ -67,7 +68,8 @@ def test_devices_file_lists_every_problem_with_its_key(tmp_path) -> None:
 
 def test_devices_unknown_device_name_exits_2_listing_the_known_ones(tmp_path) -> None:
     path = devices_file(tmp_path, '[devices.orin]\ntransport = "ssh"\nhost = "o"\n')
-    with pytest.raises(DeviceError, match=r"--device oirn: no device 'oirn' in .*one of: host, orin \(did you mean \"orin\"\?\)"):
+    with pytest.raises(DeviceError, match=r"--device oirn: no device 'oirn' in .*"
+                                          r"one of: host, orin \(did you mean \"orin\"\?\)"):
         load_devices(path).select(["oirn"])
 
 

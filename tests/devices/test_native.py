@@ -58,7 +58,8 @@ def test_executor_runner_parser_drops_warmup_runs_from_per_run_lines() -> None:
     text = ("I 00:00:00.010000 executorch:executor_runner.cpp:718] Model loaded in 7.850000 ms.\n"
             + "".join(f"I 00:00:00.0{i}0000 executorch:executor_runner.cpp:880] Iteration {i} of 4: {t} ms\n"
                       for i, t in enumerate([9.0, 2.0, 2.5, 3.0], start=1))
-            + "I 00:00:00.060000 executorch:executor_runner.cpp:889] Model executed successfully 4 time(s) in 16.5 ms.\n")
+            + "I 00:00:00.060000 executorch:executor_runner.cpp:889] Model executed successfully 4 time(s) "
+              "in 16.5 ms.\n")
     t = ExecutorRunner().parse(text, warmup=1)
     assert t.timings_ms == [2.0, 2.5, 3.0] and t.runs == 3 and t.load_ms == 7.85
 

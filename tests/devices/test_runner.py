@@ -12,7 +12,7 @@ import torch
 
 from edgeship.devices import Job, LocalDevice
 from edgeship.devices.base import RUNNER, MeasurementError
-from edgeship.model import sha256_file
+from edgeship.devices.hashing import sha256_file
 
 
 def _job(artifact: Path, inputs: Path, sha: str | None, runtime: str = "pytorch-mobile") -> Job:

@@ -11,7 +11,7 @@ import pytest
 from edgeship.devices import Job, LocalDevice
 from edgeship.devices.base import MeasurementError, TransportError
 from edgeship.devices.config import load_devices
-from edgeship.model import sha256_file
+from edgeship.devices.hashing import sha256_file
 from edgeship.pipeline.validate import measure
 from edgeship.profile import LatencySettings
 from tests.devices.conftest import dropping_python
