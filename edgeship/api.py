@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from edgeship.bundle import Bundle, BundleCheck
     from edgeship.devices.base import DeviceReport
     from edgeship.devices.config import DeviceSet
-    from edgeship.reports import ReportOutcome
+    from edgeship.reports import WrittenReport
 
 
 def build(target: str, model: str | None = None, *, input_shape: str | None = None,
@@ -53,21 +53,21 @@ def cache_clear() -> None:
     shutil.rmtree(default_cache().root, ignore_errors=True)
 
 
-def devices(devices_file: str | Path | None = None) -> "DeviceSet":
+def devices(devices_file: str | Path | None = None) -> DeviceSet:
     """The devices a devices file defines (DeviceError, exit 2, for a bad file); 'host' always."""
     from edgeship.devices.listing import device_set
 
     return device_set(devices_file)
 
 
-def check_device(name: str, devices_file: str | Path | None = None) -> "DeviceReport":
+def check_device(name: str, devices_file: str | Path | None = None) -> DeviceReport:
     """Reach device ``name``: OS, architecture, Python, which runtimes import, free disk."""
     return devices(devices_file).device(name).check()
 
 
 def report(results: list[str | Path] | None = None, *, db: str | None = None, out: str | Path | None = None,
            model: str | None = None, target: str | None = None, threshold_pct: float = 10.0,
-           top1_tolerance: float = 0.0, fail_on_regression: bool = False) -> ReportOutcome:
+           top1_tolerance: float = 0.0, fail_on_regression: bool = False) -> WrittenReport:
     """Write report.md, report.html and results.csv for results files and/or the results store.
 
     Compares the same artifact across devices and each (variant, device) across builds. With
@@ -78,11 +78,11 @@ def report(results: list[str | Path] | None = None, *, db: str | None = None, ou
     from edgeship.errors import GateFailure
     from edgeship.reports import make_report
 
-    outcome = make_report([Path(p) for p in results or []], Path(out) if out else None, db, model, target,
+    written = make_report([Path(p) for p in results or []], Path(out) if out else None, db, model, target,
                           threshold_pct, top1_tolerance)
-    if fail_on_regression and outcome.regressions:
-        raise GateFailure(f"{len(outcome.regressions)} regression(s): " + "; ".join(outcome.regressions))
-    return outcome
+    if fail_on_regression and written.regressions:
+        raise GateFailure(f"{len(written.regressions)} regression(s): " + "; ".join(written.regressions))
+    return written
 
 
 def bundle(target: str, model: str | None = None, *, input_shape: str | None = None,

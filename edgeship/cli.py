@@ -12,7 +12,8 @@ from edgeship.errors import EdgeshipError, GateFailure
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="edgeship", description="Take a PyTorch model to edge runtimes and prove it works there.")
+    p = argparse.ArgumentParser(prog="edgeship",
+                                description="Take a PyTorch model to edge runtimes and prove it works there.")
     p.add_argument("--debug", action="store_true", help="show tracebacks; stop on the first lowering error")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="capture, lower, validate and report one model for one target")
@@ -40,20 +41,26 @@ def parser() -> argparse.ArgumentParser:
     add_report_parser(sub)
     add_bundle_parser(sub)
     k = sub.add_parser("cache", help="the stage cache under artifacts/.cache (or $EDGESHIP_CACHE_DIR)")
-    k.add_argument("cache_command", choices=["clear", "info"], help="clear: delete every entry; info: where and how big")
+    k.add_argument("cache_command", choices=["clear", "info"],
+                   help="clear: delete every entry; info: where and how big")
     return p
 
 
 def add_report_parser(sub: argparse._SubParsersAction) -> None:
-    r = sub.add_parser("report", help="report.md, report.html and results.csv from results files and/or the results store")
+    r = sub.add_parser("report",
+                       help="report.md, report.html and results.csv from results files and/or the results store")
     r.add_argument("results", nargs="*", metavar="RESULTS.json", help="results.json files (one build each)")
-    r.add_argument("--db", help="results store URL (SQLAlchemy, e.g. sqlite:///artifacts/results.db) to compare against")
+    r.add_argument("--db",
+                   help="results store URL (SQLAlchemy, e.g. sqlite:///artifacts/results.db) to compare against")
     r.add_argument("--out", help="output folder (default: the results file's folder, or artifacts/report)")
     r.add_argument("--model", help="only this model's rows from the store")
     r.add_argument("--target", help="only this target's rows from the store")
-    r.add_argument("--threshold", type=float, default=10.0, help="p50 slower than the previous build by more than this %% is a regression (default 10)")
-    r.add_argument("--top1-tolerance", type=float, default=0.0, help="top-1 lower by more than this many points is a regression (default 0)")
-    r.add_argument("--fail-on-regression", action="store_true", help="exit 3 when a regression is found (reports are still written)")
+    r.add_argument("--threshold", type=float, default=10.0,
+                   help="p50 slower than the previous build by more than this %% is a regression (default 10)")
+    r.add_argument("--top1-tolerance", type=float, default=0.0,
+                   help="top-1 lower by more than this many points is a regression (default 0)")
+    r.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 3 when a regression is found (reports are still written)")
 
 
 def add_bundle_parser(sub: argparse._SubParsersAction) -> None:
@@ -112,12 +119,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from edgeship import api
 
-    outcome = api.report(args.results, db=args.db, out=args.out, model=args.model, target=args.target,
+    written = api.report(args.results, db=args.db, out=args.out, model=args.model, target=args.target,
                          threshold_pct=args.threshold, top1_tolerance=args.top1_tolerance,
                          fail_on_regression=args.fail_on_regression)
-    for path in outcome.paths:
+    for path in written.paths:
         print(f"wrote {path}")
-    for line in outcome.regressions:
+    for line in written.regressions:
         print(f"regression: {line}")
     return 0
 
@@ -128,13 +135,16 @@ def cmd_bundle(args: argparse.Namespace) -> int:
 
     if args.action == "verify":
         if not args.file:
-            raise BundleError("edgeship bundle verify: give the bundle file, e.g. edgeship bundle verify model-android.zip")
+            raise BundleError("edgeship bundle verify: give the bundle file, "
+                              "e.g. edgeship bundle verify model-android.zip")
         check = api.extract_bundle(args.file, args.extract) if args.extract else api.verify_bundle(args.file)
-        print(f"ok: {check.path}: {check.platform} bundle, {check.files} files ({check.bytes:,} bytes) match manifest.json"
+        print(f"ok: {check.path}: {check.platform} bundle, {check.files} files ({check.bytes:,} bytes) "
+              "match manifest.json"
               + (f"; extracted into {args.extract}" if args.extract else ""))
         return 0
     if not args.target or args.file:
-        raise BundleError("edgeship bundle: give --target (and --model) of a finished build, or: edgeship bundle verify FILE.zip")
+        raise BundleError("edgeship bundle: give --target (and --model) of a finished build, "
+                          "or: edgeship bundle verify FILE.zip")
     for b in api.bundle(args.target, args.model, input_shape=args.input_shape, out=args.out,
                         platforms=args.platform, variants=args.variants):
         print(f"wrote {b.path}: {', '.join(row.name for row, _ in b.selection.chosen)}")

@@ -1,7 +1,7 @@
 """Error types. Each carries what a person needs to fix it; the exit code comes from the type.
 
-Exit codes (the contract in DESIGN.md): 0 success, 2 bad input, 3 a validation gate failed,
-1 anything else (a bug).
+Exit codes (the command line's contract; see docs/ARCHITECTURE.md): 0 success, 2 bad input, 3 a
+validation gate failed, 1 anything else (a bug).
 """
 from __future__ import annotations
 
@@ -80,3 +80,10 @@ def did_you_mean(value: str, allowed: Iterable[str]) -> str:
 def one_of(allowed: Iterable[str]) -> str:
     """Render an allowed set for a message: ``one of: a, b, c``."""
     return "one of: " + ", ".join(sorted(str(a) for a in allowed))
+
+
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of ``str(error)``, or its type name when the message is empty:
+    enough to say in one line of a message or a report what went wrong."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

@@ -5,15 +5,14 @@ unpickling (and could run code) is refused unless the user passes ``--trust-weig
 """
 from __future__ import annotations
 
-import importlib
 import pickle
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgeship.devices.runner import sha256_file  # one implementation, also used on devices
-from edgeship.errors import ModelSpecError, WeightsError
+from edgeship.devices.hashing import sha256_file  # one implementation, also used on devices
+from edgeship.entry import import_entry, importable
+from edgeship.errors import ModelSpecError, WeightsError, first_line
 from edgeship.spec import ModelSpec
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "net", "module", "ema")
@@ -33,35 +32,16 @@ class LoadedModel:
     notes: list[str] = field(default_factory=list)
 
 
-def import_entry(spec: ModelSpec) -> Any:
-    """Import ``module:callable`` with the spec's folder importable; ModelSpecError on failure."""
-    module_name, _, attr = spec.entry.partition(":")
-    base = str(spec.base_dir)
-    if base not in sys.path:
-        sys.path.insert(0, base)
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as e:  # any import-time failure is the model's, reported with its first line
-        raise ModelSpecError(f"{spec.source or 'model spec'}: entry {spec.entry}: cannot import "
-                             f"{module_name!r} from {base}: {type(e).__name__}: {_first_line(e)}") from None
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ModelSpecError(f"{spec.source or 'model spec'}: entry {spec.entry}: module "
-                                 f"{module_name!r} has no attribute {part!r}")
-        obj = getattr(obj, part)
-    return obj
-
-
 def build_module(spec: ModelSpec) -> Any:
     """Call the spec's entry and check that it returns an nn.Module."""
     import torch
 
-    factory = import_entry(spec)
+    factory: Any = import_entry(spec.entry, spec.base_dir, ModelSpecError, f"{spec.source or 'model spec'}: entry")
     try:
         module = factory(**spec.entry_kwargs)
     except Exception as e:
         raise ModelSpecError(f"{spec.source or 'model spec'}: entry {spec.entry} raised "
-                             f"{type(e).__name__}: {_first_line(e)}") from None
+                             f"{type(e).__name__}: {first_line(e)}") from None
     if not isinstance(module, torch.nn.Module):
         raise ModelSpecError(f"{spec.source or 'model spec'}: entry {spec.entry} returned "
                              f"{type(module).__name__}, expected a torch.nn.Module")
@@ -77,12 +57,12 @@ def read_checkpoint(path: Path, trust: bool = False) -> dict[str, Any]:
     except pickle.UnpicklingError as e:
         raise WeightsError(
             f"{path}: refused: this checkpoint needs arbitrary unpickling, which can run code "
-            f"({_first_line(e).removeprefix('Weights only load failed. ')[:160]}). edgeship loads "
+            f"({first_line(e).removeprefix('Weights only load failed. ')[:160]}). edgeship loads "
             "weights with torch.load(weights_only=True). Save a plain state_dict "
             "(torch.save(model.state_dict(), path)), or, if you trust where the file came from, "
             "pass --trust-weights.") from None
     except (RuntimeError, EOFError, OSError, ValueError) as e:
-        raise WeightsError(f"{path}: not a readable torch checkpoint: {_first_line(e)}") from None
+        raise WeightsError(f"{path}: not a readable torch checkpoint: {first_line(e)}") from None
     return unwrap_state_dict(obj, path)
 
 
@@ -150,11 +130,12 @@ def example_inputs(spec: ModelSpec, seed: int = 0) -> tuple[Any, ...]:
 
 def load_model(spec: ModelSpec, trust_weights: bool = False) -> LoadedModel:
     """Build the module, load its weights safely, and put it in eval mode."""
-    module = build_module(spec)
-    sha = None
-    if spec.weights is not None:
-        apply_weights(module, read_checkpoint(spec.weights, trust_weights), spec.weights)
-        sha = sha256_file(spec.weights)
+    # The factory, and a trusted checkpoint's pickled classes, may import the spec's other modules.
+    with importable(spec.base_dir):
+        module = build_module(spec)
+        if spec.weights is not None:
+            apply_weights(module, read_checkpoint(spec.weights, trust_weights), spec.weights)
+    sha = sha256_file(spec.weights) if spec.weights is not None else None
     module.eval()
     params = sum(p.numel() for p in module.parameters())
     return LoadedModel(spec=spec, module=module, example_inputs=example_inputs(spec),
@@ -184,19 +165,14 @@ def _listing(items: list[str], limit: int = 12) -> str:
     return ", ".join(items[:limit]) + more
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
 class LazyModel:
     """The float model, loaded on first use: a build whose stages all come from the stage cache
-    never imports torch. ``facts`` (params, flops) may come from the cache as well."""
+    never imports torch. ``counts`` (params, flops) may come from the cache as well."""
 
     def __init__(self, spec: ModelSpec, trust_weights: bool = False) -> None:
         self.spec = spec
         self.trust_weights = trust_weights
-        self.facts: dict[str, Any] = {}
+        self.counts: dict[str, Any] = {}
         self._loaded: LoadedModel | None = None
 
     @property
@@ -219,12 +195,12 @@ class LazyModel:
 
     @property
     def params(self) -> int:
-        if "params" not in self.facts:
-            self.facts["params"] = self.loaded.params
-        return self.facts["params"]
+        if "params" not in self.counts:
+            self.counts["params"] = self.loaded.params
+        return self.counts["params"]
 
     @property
     def flops(self) -> int | None:
-        if "flops" not in self.facts:
-            self.facts["flops"] = count_flops(self.module, self.example_inputs)
-        return self.facts["flops"]
+        if "flops" not in self.counts:
+            self.counts["flops"] = count_flops(self.module, self.example_inputs)
+        return self.counts["flops"]

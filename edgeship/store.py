@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from edgeship.errors import StoreError
+from edgeship.errors import StoreError, first_line
 from edgeship.results import Latency, Results, VariantResult
 
 DEFAULT_PATH = Path("artifacts") / "results.db"
@@ -88,7 +88,7 @@ class ResultsStore:
         except ImportError as e:
             raise StoreError(f"results database {self.url}: its driver is not installed: {e}") from None
         except sa.exc.SQLAlchemyError as e:
-            raise StoreError(f"results database {self.url}: cannot open it: {_first_line(e)}") from None
+            raise StoreError(f"results database {self.url}: cannot open it: {first_line(e)}") from None
 
     def record(self, results: Results, build_id: str | None = None) -> str:
         """Store every measurement in ``results``; return the build id (a new one when None)."""
@@ -146,7 +146,3 @@ def _accuracy(v: VariantResult, lat: Latency | None) -> dict[str, Any]:
     """A device's row carries the accuracy of that device's own outputs (null when it returned none)."""
     acc = lat.accuracy if lat is not None else v.accuracy
     return {c: getattr(acc, c) if acc is not None else None for c in ACCURACY_COLUMNS}
-
-
-def _first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]

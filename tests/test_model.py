@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 from edgeship.errors import ModelSpecError, WeightsError
 from edgeship.model import count_flops, load_model, read_checkpoint
-from edgeship.spec import load_spec
+from edgeship.spec import ModelSpec, load_spec
 from tests.models.tinynet import build
 
 
@@ -78,6 +79,15 @@ def test_model_entry_that_is_not_a_module_is_refused() -> None:
 def test_model_entry_import_failure_names_module() -> None:
     with pytest.raises(ModelSpecError, match="cannot import 'no_such_module'"):
         load_model(load_spec("no_such_module:build", "1,3"))
+
+
+def test_model_factory_imports_its_folder_while_loading_and_leaves_sys_path_as_it_was(tmp_path: Path) -> None:
+    (tmp_path / "lazy_factory.py").write_text("def build():\n    from lazy_parts import head\n    return head()\n")
+    (tmp_path / "lazy_parts.py").write_text("import torch\n\ndef head():\n    return torch.nn.Linear(3, 2)\n")
+    spec = ModelSpec(name="lazy", entry="lazy_factory:build", inputs=[{"name": "x", "shape": [1, 3]}],
+                     base_dir=tmp_path)
+    assert load_model(spec).params == 8
+    assert str(tmp_path) not in sys.path
 
 
 def test_model_flops_are_counted(tiny_model) -> None:

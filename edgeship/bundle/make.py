@@ -13,18 +13,18 @@ from edgeship import __version__
 from edgeship.bundle.archive import write_zip
 from edgeship.bundle.metadata import model_json, runtime_needs
 from edgeship.bundle.platforms import PLATFORMS, Platform
-from edgeship.bundle.select import Selection, select
+from edgeship.bundle.selection import Selection, select_variants
 from edgeship.bundle.snippets import readme, snippet
-from edgeship.devices.runner import sha256_file
+from edgeship.devices.base import RUNNER_FILES
+from edgeship.devices.hashing import sha256_file
 from edgeship.errors import BundleError
 from edgeship.profile import BundleSettings, Profile
 from edgeship.results import Results, VariantResult
 from edgeship.spec import ModelSpec
 
 BUNDLE_FORMAT = 1
-DEVICES = Path(__file__).resolve().parent.parent / "devices"
-# The device runner and the TensorRT engine builder it imports from its own folder.
-DEVICE_FILES = {"runner/runner.py": DEVICES / "runner.py", "runner/tensorrt_engine.py": DEVICES / "tensorrt_engine.py"}
+# The device runner and the companions it imports from its own folder (hashing, TensorRT builder).
+DEVICE_FILES = {f"runner/{name}": path for name, path in RUNNER_FILES.items()}
 
 
 @dataclass
@@ -53,7 +53,7 @@ def make_bundles(inputs: BundleInputs) -> list[Bundle]:
 
 def make_bundle(platform: Platform, inputs: BundleInputs) -> Bundle:
     """Write ``<model>-<platform>.zip`` into the build folder (BundleError when nothing qualifies)."""
-    sel = select(platform, inputs.settings, inputs.profile, inputs.results)
+    sel = select_variants(platform, inputs.settings, inputs.profile, inputs.results)
     entries, artifacts = collect_artifacts(platform, inputs, sel)
     labels = read_labels(inputs)
     if labels:

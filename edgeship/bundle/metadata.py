@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgeship.lowering.registry import SPECS
 from edgeship.profile import BundleSettings, Variant
 from edgeship.results import Results, VariantResult
 from edgeship.spec import ModelSpec
@@ -66,9 +67,7 @@ def _derived_meaning(output: dict[str, Any], labels: list[str] | None) -> tuple[
 
 def runtime_needs(row: VariantResult, variant: Variant, toolchain: dict[str, str]) -> dict[str, Any]:
     """What runs an artifact: the runtime, the version that wrote it and what it needs."""
-    from edgeship.lowering import BACKENDS
-
-    options = BACKENDS[variant.backend].parse_options(variant.options).model_dump()
+    options = SPECS[variant.backend].parse_options(variant.options).model_dump()
     details = row.lowering.details
     describe = {"executorch": _executorch, "pytorch-mobile": _mobile, "coreml": _coreml, "onnx": _onnx}
     if variant.backend in describe:

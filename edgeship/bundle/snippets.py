@@ -12,7 +12,7 @@ from typing import Any
 
 from edgeship import __version__
 from edgeship.bundle.platforms import Platform
-from edgeship.bundle.select import Selection
+from edgeship.bundle.selection import Selection
 from edgeship.results import Results
 from edgeship.spec import ModelSpec
 

@@ -2,56 +2,50 @@
 
 Each batch is an array or tensor (one-input models), a tuple or list with one per input, or a
 dict keyed by input name, optionally with ``y`` (int64 labels). The model spec's folder is
-importable. Batches are read until the iterable ends or ``limit`` samples are in hand.
+importable while the source is read. Batches are read until the iterable ends or ``limit``
+samples are in hand.
 """
 from __future__ import annotations
 
-import importlib
-import sys
 from typing import Any
 
 import numpy as np
 
-from edgeship.errors import DataError
+from edgeship.calibration.dataset import Dataset
+from edgeship.entry import import_entry, importable
+from edgeship.errors import DataError, first_line
 from edgeship.spec import ModelSpec
 
 
 def call_source(entry: str, spec: ModelSpec) -> Any:
     """Import ``module:callable`` (the spec's folder on the path) and call it; DataError on failure."""
-    module_name, _, attr = entry.partition(":")
-    base = str(spec.base_dir)
-    if base not in sys.path:
-        sys.path.insert(0, base)
+    source: Any = import_entry(entry, spec.base_dir, DataError, "data source")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-        return obj()
+        return source()
     except Exception as e:  # the user's code: report its failure as bad data input
-        raise DataError(f"data source {entry}: {type(e).__name__}: {_first_line(e)}") from None
+        raise DataError(f"data source {entry}: {type(e).__name__}: {first_line(e)}") from None
 
 
-def read_callable(entry: str, spec: ModelSpec, limit: int | None = None):
+def read_callable(entry: str, spec: ModelSpec, limit: int | None = None) -> Dataset:
     """A Dataset from the batches ``entry`` yields (at most ``limit`` samples)."""
-    from edgeship.calibration.datasets import Dataset
-
     names = [i.name for i in spec.inputs]
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
     labels: list[np.ndarray] = []
     count = 0
     try:
-        for i, batch in enumerate(call_source(entry, spec)):
-            arrays, y = _split(batch, names, entry, i)
-            for name, array in arrays.items():
-                parts[name].append(array)
-            labels += [] if y is None else [y]
-            count += len(arrays[names[0]])
-            if limit is not None and count >= limit:
-                break
+        with importable(spec.base_dir):  # a generator may import the folder's modules as it runs
+            for i, batch in enumerate(call_source(entry, spec)):
+                arrays, y = _split(batch, names, entry, i)
+                for name, array in arrays.items():
+                    parts[name].append(array)
+                labels += [] if y is None else [y]
+                count += len(arrays[names[0]])
+                if limit is not None and count >= limit:
+                    break
     except DataError:
         raise
     except Exception as e:
-        raise DataError(f"data source {entry}: iterating it raised {type(e).__name__}: {_first_line(e)}") from None
+        raise DataError(f"data source {entry}: iterating it raised {type(e).__name__}: {first_line(e)}") from None
     if not count:
         raise DataError(f"data source {entry}: yielded no batches")
     inputs = {n: np.concatenate(parts[n])[:limit] for n in names}
@@ -79,8 +73,3 @@ def _array(value: Any) -> np.ndarray:
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
     return np.asarray(value)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

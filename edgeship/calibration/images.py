@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeship.calibration.dataset import Dataset, sample_indices
 from edgeship.errors import DataError
 from edgeship.spec import ModelSpec, PreprocessSpec
 
@@ -39,13 +40,6 @@ def class_labels(folder: Path, files: list[Path], spec: ModelSpec) -> np.ndarray
     names = spec.label_names() or []
     order = names if set(classes) <= set(names) else classes
     return np.array([order.index(parts[0]) for parts in top], dtype=np.int64)
-
-
-def sample_indices(n: int, limit: int | None, seed: int) -> np.ndarray:
-    """The same seeded choice ``Dataset.take`` makes, so drawing before decoding changes nothing."""
-    if limit is None or limit >= n:
-        return np.arange(n)
-    return np.sort(np.random.default_rng(seed).choice(n, limit, replace=False))
 
 
 def decode(path: Path, pre: PreprocessSpec) -> np.ndarray:
@@ -78,10 +72,8 @@ def _center_crop(image, size: list[int]):
     return image.crop((left, top, left + width, top + height))
 
 
-def read_image_folder(folder: Path, spec: ModelSpec, limit: int | None = None, seed: int = 0):
+def read_image_folder(folder: Path, spec: ModelSpec, limit: int | None = None, seed: int = 0) -> Dataset:
     """A Dataset of the folder's images, each checked against the model's input shape."""
-    from edgeship.calibration.datasets import Dataset
-
     if len(spec.inputs) != 1:
         raise DataError(f"{folder}: an image folder feeds a one-input model; this model has "
                         f"{len(spec.inputs)} inputs ({', '.join(i.name for i in spec.inputs)}): use .npz")

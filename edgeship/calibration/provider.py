@@ -6,31 +6,33 @@ so (representative data gives better int8 accuracy). Fewer samples than one batc
 """
 from __future__ import annotations
 
-from typing import Any
-
-from edgeship.calibration.datasets import Dataset, load_dataset, random_dataset
+from edgeship.calibration.dataset import Dataset
+from edgeship.calibration.datasets import load_dataset, random_dataset
 from edgeship.errors import DataError
+from edgeship.profile.models import Profile, Variant
 from edgeship.quantize.settings import needs_calibration
+from edgeship.spec import ModelSpec
 
 RANDOM_NOTE = "seeded random inputs: no calibration data in the model spec or the profile"
 
 
-def calibration_variants(profile: Any) -> list[Any]:
+def calibration_variants(profile: Profile) -> list[Variant]:
     """The variants that are calibrated (static int8)."""
     return [v for v in profile.variants if needs_calibration(v.precision, v.quantization)]
 
 
-def calibration_data(plan: Any) -> Dataset | None:
-    """The calibration samples for ``plan`` (the most any variant asks for), or None when unused."""
-    variants = calibration_variants(plan.profile)
+def calibration_data(profile: Profile, spec: ModelSpec, source: str | None) -> Dataset | None:
+    """The calibration samples the profile's variants need (the most any of them asks for), from
+    ``source`` or seeded random inputs; None when no variant calibrates."""
+    variants = calibration_variants(profile)
     if not variants:
         return None
-    settings, spec = plan.profile.calibration, plan.spec
+    settings = profile.calibration
     wanted = {v.name: (v.quantization.samples if v.quantization and v.quantization.samples else settings.samples)
               for v in variants}
     limit = max(wanted.values())
-    if plan.calibration_source:
-        data = load_dataset(plan.calibration_source, spec, "calibration", limit, settings.seed)
+    if source:
+        data = load_dataset(source, spec, "calibration", limit, settings.seed)
     else:
         data = random_dataset(spec, limit, settings.seed)
         data.source = f"{limit} {RANDOM_NOTE}"

@@ -2,56 +2,9 @@
 and comparisons across devices and builds (from results files and the results store)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from edgeship.reports.compare import Comparison, compare, store_rows
+from edgeship.reports.make import REPORT_FILES, WrittenReport, make_report, write_reports
+from edgeship.reports.rows import Build, Report, load_builds
 
-from edgeship.errors import ReportError
-from edgeship.reports.compare import Comparison, compare, describe, store_rows
-from edgeship.reports.data import Build, Report, load_builds
-
-REPORT_FILES = ("report.md", "report.html", "results.csv")
-DEFAULT_OUT = Path("artifacts") / "report"
-
-
-@dataclass
-class ReportOutcome:
-    """The files written and what was compared (regressions included)."""
-
-    paths: list[Path]
-    comparison: Comparison
-
-    @property
-    def regressions(self) -> list[str]:
-        return [describe(c) for c in self.comparison.regressions]
-
-
-def write_reports(report: Report, out_dir: Path, comparison: Comparison | None = None) -> list[Path]:
-    """Write report.md, report.html and results.csv into ``out_dir`` (atomically); return their paths."""
-    from edgeship.fsutil import atomic_write_text
-    from edgeship.reports.csvfile import render_csv
-    from edgeship.reports.render import render_html, render_markdown
-
-    texts = (render_markdown(report, comparison), render_html(report, comparison), render_csv(report))
-    paths = [Path(out_dir) / name for name in REPORT_FILES]
-    for path, text in zip(paths, texts):
-        atomic_write_text(path, text)
-    return paths
-
-
-def make_report(paths: list[Path], out: Path | None = None, db: str | None = None, model: str | None = None,
-                target: str | None = None, threshold_pct: float = 10.0, top1_tolerance: float = 0.0) -> ReportOutcome:
-    """Report on results files and, with ``db``, the results store; compare devices and builds."""
-    if not paths and db is None:
-        raise ReportError("edgeship report: give one or more results.json files, or --db URL")
-    if threshold_pct < 0 or top1_tolerance < 0:
-        raise ReportError(f"--threshold {threshold_pct} / --top1-tolerance {top1_tolerance}: must be 0 or more")
-    builds = load_builds([Path(p) for p in paths])
-    if out is None:
-        out = Path(paths[0]).parent if len(paths) == 1 and db is None else DEFAULT_OUT
-    rows, sources = store_rows(builds, db, model, target)
-    comparison = compare(rows, sources, threshold_pct, top1_tolerance)
-    return ReportOutcome(write_reports(Report.of(builds), Path(out), comparison), comparison)
-
-
-__all__ = ["REPORT_FILES", "Build", "Comparison", "Report", "ReportOutcome", "compare", "load_builds", "make_report",
+__all__ = ["REPORT_FILES", "Build", "Comparison", "Report", "WrittenReport", "compare", "load_builds", "make_report",
            "store_rows", "write_reports"]

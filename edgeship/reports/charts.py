@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from edgeship.reports.cells import size_text
-from edgeship.reports.data import Line, Report
+from edgeship.reports.formatting import size_text
+from edgeship.reports.rows import Line, Report
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]

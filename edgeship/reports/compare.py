@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgeship.reports.data import Build
+from edgeship.reports.rows import Build
 
 Row = dict[str, Any]
 

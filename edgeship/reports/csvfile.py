@@ -9,7 +9,7 @@ import csv
 import io
 from typing import Any
 
-from edgeship.reports.data import Line, Report, why_no_accuracy, why_no_latency
+from edgeship.reports.rows import Line, Report, why_no_accuracy, why_no_latency
 from edgeship.results import Latency
 
 BUILD = ["build", "target", "model", "created"]

@@ -11,11 +11,11 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+import edgeship.reports.formatting as formatting  # the templates call its functions as c.<cell>
 from edgeship import __version__
-from edgeship.reports import cells
 from edgeship.reports.charts import charts
 from edgeship.reports.compare import Comparison
-from edgeship.reports.data import Report, Shown
+from edgeship.reports.rows import Report, Shown
 
 
 @dataclass
@@ -75,7 +75,7 @@ def _environment(cell: Any, text: Any) -> Any:
 
 def _context(report: Report, comparison: Comparison | None, notes: Footnotes) -> dict[str, Any]:
     sources = comparison.sources if comparison else [b.source for b in report.builds]
-    return {"report": report, "comparison": comparison, "notes": notes, "c": cells, "sources": sources,
+    return {"report": report, "comparison": comparison, "notes": notes, "c": formatting, "sources": sources,
             "toolchain": _toolchain_table(report), "edgeship_version": __version__}
 
 

@@ -30,12 +30,14 @@ def test_android_bundle_holds_the_validated_artifacts_labels_metadata_and_kotlin
     bundle = two_device_build / "tiny-android.zip"
     assert names(bundle) == ["ModelLoader.kt", "README.md", "assets/executorch-fp32.pte", "assets/mobile-fp32.ptl",
                              "labels.txt", "manifest.json", "model.json"]
-    assert read(bundle, "assets/executorch-fp32.pte") == (two_device_build / "executorch-fp32" / "model.pte").read_bytes()
+    assert (read(bundle, "assets/executorch-fp32.pte")
+            == (two_device_build / "executorch-fp32" / "model.pte").read_bytes())
     assert read(bundle, "labels.txt").decode().split() == list(LABELS)
     kotlin = read(bundle, "ModelLoader.kt").decode()
     assert 'org.pytorch.executorch.Module.load(assetFilePath(context, "executorch-fp32.pte"))' in kotlin
     assert 'org.pytorch.LiteModuleLoader.load(assetFilePath(context, "mobile-fp32.ptl"))' in kotlin
-    assert "Tensor.fromBlob(image, longArrayOf(1, 3, 16, 16))" in kotlin and "outputs[0].toTensor().dataAsFloatArray" in kotlin
+    assert ("Tensor.fromBlob(image, longArrayOf(1, 3, 16, 16))" in kotlin
+            and "outputs[0].toTensor().dataAsFloatArray" in kotlin)
 
 
 def test_android_model_json_describes_input_output_and_runtimes(two_device_build: Path) -> None:
@@ -70,10 +72,12 @@ def test_jetson_bundle_holds_onnx_the_engine_builder_and_the_runner(two_device_b
     bundle = two_device_build / "tiny-jetson.zip"
     inside = names(bundle)
     trt = [n for n in inside if n.startswith("models/tensorrt-fp16/")]
-    assert sorted(p.name for p in (two_device_build / "tensorrt-fp16").iterdir()) == sorted(n.split("/")[-1] for n in trt)
+    assert (sorted(p.name for p in (two_device_build / "tensorrt-fp16").iterdir())
+            == sorted(n.split("/")[-1] for n in trt))
     assert {"models/tensorrt-fp16/build_engine.sh", "models/tensorrt-fp16/tensorrt_engine.py"} <= set(trt)
     assert "models/onnx-fp32/model.onnx" in inside
-    assert {"runner/runner.py", "runner/tensorrt_engine.py"} <= set(inside) and not any(n.endswith(".kt") for n in inside)
+    assert ({"runner/runner.py", "runner/hashing.py", "runner/tensorrt_engine.py"} <= set(inside)
+            and not any(n.endswith(".kt") for n in inside))
     assert api.verify_bundle(bundle).files == len(inside) - 1
 
 

@@ -36,9 +36,11 @@ def test_profile_bundle_section_loads(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("section, message", [
     ('platforms = ["ios"]\nvariants = ["ort"]',
-     'bundle.variants[0] = "ort": no platform listed takes it (ios bundles take coreml and executorch artifacts, not onnx)'),
+     'bundle.variants[0] = "ort": no platform listed takes it '
+     '(ios bundles take coreml and executorch artifacts, not onnx)'),
     ('platforms = ["android"]\nvariants = ["pt"]', 'bundle.variants[0] = "pt": no such variant'),
-    ('platforms = ["android"]\nvariants = ["ort"]', 'bundle.platforms[0] = "android": no variant of this profile goes into it'),
+    ('platforms = ["android"]\nvariants = ["ort"]',
+     'bundle.platforms[0] = "android": no variant of this profile goes into it'),
     ('platforms = ["windows"]', 'bundle.platforms[0] = "windows": not allowed; one of: android, ios, jetson'),
     ('platforms = ["android"]\nvariant = "fastest"', 'unknown key bundle.variant (did you mean "variants"?)'),
 ])

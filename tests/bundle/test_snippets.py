@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from edgeship.bundle.platforms import PLATFORMS
-from edgeship.bundle.select import Selection
+from edgeship.bundle.selection import Selection
 from edgeship.bundle.snippets import identifier, snippet
 from edgeship.spec import ModelSpec
 
@@ -40,7 +40,8 @@ def test_swift_snippet_loads_core_ml_and_executorch_with_the_packages_feature_na
 def test_kotlin_snippet_passes_every_input_with_its_array_type() -> None:
     pte = {**PTE, "variant": "pte", "path": "assets/pte.pte", "runtime": {**PTE["runtime"], "delegate": "XNNPACK"}}
     name, text = snippet(PLATFORMS["android"], meta(pte), SPEC, Selection(PLATFORMS["android"]))
-    assert name == "ModelLoader.kt" and "fun runPte(module: org.pytorch.executorch.Module, image: FloatArray, mask: LongArray)" in text
+    assert (name == "ModelLoader.kt"
+            and "fun runPte(module: org.pytorch.executorch.Module, image: FloatArray, mask: LongArray)" in text)
     assert "org.pytorch.executorch.Tensor.fromBlob(mask, longArrayOf(1, 8))" in text
 
 

@@ -1,10 +1,10 @@
 """module:callable data sources: batches as arrays, tensors, tuples or dicts; errors name the source."""
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from edgeship.calibration import load_dataset
@@ -63,5 +63,10 @@ def test_callable_wrong_shape_names_the_source_and_both_shapes(spec) -> None:
 def test_callable_failure_is_a_data_error_with_its_message(spec) -> None:
     with pytest.raises(DataError, match="calibsrc:broken: RuntimeError: the dataset server is down"):
         load_dataset("calibsrc:broken", spec, "calibration")
-    with pytest.raises(DataError, match="calibsrc:missing: AttributeError"):
+    with pytest.raises(DataError, match="calibsrc:missing: module 'calibsrc' has no attribute 'missing'"):
         load_dataset("calibsrc:missing", spec, "calibration")
+
+
+def test_callable_source_leaves_the_spec_folder_off_sys_path(spec) -> None:
+    load_dataset("calibsrc:arrays", spec, "calibration")
+    assert str(spec.base_dir) not in sys.path

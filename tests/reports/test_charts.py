@@ -5,7 +5,7 @@ from pathlib import Path
 
 from edgeship.reports import Report, load_builds
 from edgeship.reports.charts import charts, pareto_front
-from edgeship.reports.data import Build
+from edgeship.reports.rows import Build
 from tests.reports.builds import DEVICES
 
 

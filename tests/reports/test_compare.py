@@ -25,7 +25,8 @@ def test_across_builds_flags_a_p50_slower_than_the_threshold() -> None:
     assert change.p50_change_pct == pytest.approx(15.0) and change.builds == 2
     assert change.regressions == ["p50 10.000 -> 11.500 ms (+15.0%, threshold 10%)"]
     rows[0]["cv"], rows[1]["cv"] = 0.05, 0.61
-    assert across_builds(rows, 10.0, 0.0)[0].regressions == ["p50 10.000 -> 11.500 ms (+15.0%, threshold 10%; cv 0.05 -> 0.61)"]
+    assert across_builds(rows, 10.0, 0.0)[0].regressions == [
+        "p50 10.000 -> 11.500 ms (+15.0%, threshold 10%; cv 0.05 -> 0.61)"]
     assert across_builds(rows, threshold_pct=20.0, top1_tolerance=0.0)[0].regressions == []
 
 

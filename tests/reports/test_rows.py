@@ -9,7 +9,7 @@ import pytest
 from edgeship.cli import main
 from edgeship.errors import ReportError
 from edgeship.reports import Report, load_builds
-from edgeship.reports.data import build_labels
+from edgeship.reports.rows import build_labels
 from edgeship.results import Results
 from tests.reports.builds import DEVICES
 

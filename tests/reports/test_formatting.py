@@ -5,9 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeship.reports import Report, load_builds
-from edgeship.reports import cells
-from edgeship.reports.data import Build
+from edgeship.reports import Report, formatting, load_builds
+from edgeship.reports.rows import Build
 
 
 @pytest.fixture(scope="module")
@@ -23,23 +22,23 @@ def test_speedup_is_eager_p50_over_variant_p50_on_the_same_device(report: Report
     onnx, eager = line(report, "onnx-fp32"), line(report, "eager")
     for device in report.devices:
         expected = eager.p50(device) / onnx.p50(device)
-        assert cells.speedup(report, onnx, device).text == f"{expected:.2f}×"
-        assert cells.latency(onnx, device).text == cells.ms(onnx.p50(device))
+        assert formatting.speedup(report, onnx, device).text == f"{expected:.2f}×"
+        assert formatting.latency(onnx, device).text == formatting.ms(onnx.p50(device))
 
 
 def test_relative_is_the_ratio_of_p50_between_devices(report: Report) -> None:
     pte = line(report, "executorch-fp32")
     a, b = report.devices
-    assert cells.relative(pte, b, a).text == f"{pte.p50(b) / pte.p50(a):.2f}×"
+    assert formatting.relative(pte, b, a).text == f"{pte.p50(b) / pte.p50(a):.2f}×"
 
 
 def test_cells_of_an_unbuilt_variant_say_not_measured_with_its_error(report: Report) -> None:
     broken = line(report, "too-old")
-    for shown in (cells.size(broken), cells.latency(broken, "cpu-a"), cells.accuracy(broken, "top1"),
-                  cells.speedup(report, broken, "cpu-b")):
-        assert shown.text == cells.NOT_MEASURED
+    for shown in (formatting.size(broken), formatting.latency(broken, "cpu-a"), formatting.accuracy(broken, "top1"),
+                  formatting.speedup(report, broken, "cpu-b")):
+        assert shown.text == formatting.NOT_MEASURED
         assert shown.why.startswith("too-old was not built: lowering failed") and "bytecode" in shown.why
-    assert cells.gates(broken).text.startswith("FAIL: ")
+    assert formatting.gates(broken).text.startswith("FAIL: ")
 
 
 def test_speedup_not_measured_when_eager_was_not_timed_on_the_device(report: Report) -> None:
@@ -47,11 +46,11 @@ def test_speedup_not_measured_when_eager_was_not_timed_on_the_device(report: Rep
     eager = results.variant("eager")
     eager.latency = [lat for lat in eager.latency if lat.device != "cpu-b"]
     changed = Report.of([Build("twodev", results, "test")])
-    shown = cells.speedup(changed, line(changed, "onnx-fp32"), "cpu-b")
-    assert shown.text == cells.NOT_MEASURED and "float model was not timed on cpu-b" in shown.why
+    shown = formatting.speedup(changed, line(changed, "onnx-fp32"), "cpu-b")
+    assert shown.text == formatting.NOT_MEASURED and "float model was not timed on cpu-b" in shown.why
 
 
 def test_sqnr_of_identical_outputs_shows_exact_not_a_number(report: Report) -> None:
-    assert cells.accuracy(line(report, "eager"), "sqnr_db").text == "exact"
+    assert formatting.accuracy(line(report, "eager"), "sqnr_db").text == "exact"
     pte = line(report, "executorch-fp32")
-    assert cells.accuracy(pte, "sqnr_db").text == f"{pte.variant.accuracy.sqnr_db:.1f}"
+    assert formatting.accuracy(pte, "sqnr_db").text == f"{pte.variant.accuracy.sqnr_db:.1f}"

@@ -1,4 +1,5 @@
-"""What a report shows, gathered from one or more results.json files.
+"""What a report shows: the builds read from results.json files, one row (:class:`Line`) per build
+and variant, and why a value is "not measured".
 
 Every number a report prints comes from the results; a number that is not there is shown as
 "not measured", with the reason the results give (a variant's error, a device's note, a
@@ -63,7 +64,7 @@ class Report:
     devices: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, builds: list[Build]) -> "Report":
+    def of(cls, builds: list[Build]) -> Report:
         report = cls(builds)
         several = len(builds) > 1
         for b in builds:

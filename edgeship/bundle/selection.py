@@ -28,7 +28,7 @@ class Selection:
         self.left_out.append({"variant": name, "why": why})
 
 
-def select(platform: Platform, settings: BundleSettings, profile: Profile, results: Results) -> Selection:
+def select_variants(platform: Platform, settings: BundleSettings, profile: Profile, results: Results) -> Selection:
     """The variants of ``results`` to bundle for ``platform`` (BundleError when none qualifies)."""
     sel = Selection(platform)
     named = settings.variants if isinstance(settings.variants, list) else None

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from edgeship.bundle.platforms import PLATFORMS
-from edgeship.bundle.select import select
+from edgeship.bundle.selection import select_variants
 from edgeship.errors import BundleError
 from edgeship.profile import BundleSettings, load_profile
 from edgeship.results import Results
@@ -21,36 +21,36 @@ def chosen(sel) -> list[str]:
     return [row.name for row, _ in sel.chosen]
 
 
-def test_select_passing_takes_every_built_variant_that_passed(build) -> None:
+def test_select_variants_passing_takes_every_built_variant_that_passed(build) -> None:
     profile, results = build
-    sel = select(PLATFORMS["android"], BundleSettings(platforms=["android"]), profile, results)
+    sel = select_variants(PLATFORMS["android"], BundleSettings(platforms=["android"]), profile, results)
     assert chosen(sel) == ["executorch-fp32", "mobile-fp32"] and sel.warnings == []
 
 
-def test_select_leaves_out_a_variant_that_failed_its_gates_unless_named(build) -> None:
+def test_select_variants_leaves_out_a_variant_that_failed_its_gates_unless_named(build) -> None:
     profile, results = build
     results = results.model_copy(deep=True)
     results.variant("mobile-fp32").gates.passed = False
     results.variant("mobile-fp32").gates.failures = ["sqnr_db 12 < 60"]
-    passing = select(PLATFORMS["android"], BundleSettings(platforms=["android"]), profile, results)
+    passing = select_variants(PLATFORMS["android"], BundleSettings(platforms=["android"]), profile, results)
     assert chosen(passing) == ["executorch-fp32"]
     assert {"variant": "mobile-fp32", "why": "failed its gates: sqnr_db 12 < 60"} in passing.left_out
-    named = select(PLATFORMS["android"], BundleSettings(platforms=["android"], variants=["mobile-fp32"]),
+    named = select_variants(PLATFORMS["android"], BundleSettings(platforms=["android"], variants=["mobile-fp32"]),
                    profile, results)
     assert chosen(named) == ["mobile-fp32"]
     assert named.warnings == ["mobile-fp32 is bundled although it failed its gates: sqnr_db 12 < 60"]
 
 
-def test_select_fastest_on_a_named_device(build) -> None:
+def test_select_variants_fastest_on_a_named_device(build) -> None:
     profile, results = build
     settings = BundleSettings(platforms=["jetson"], variants="fastest", fastest_on="cpu-b")
-    sel = select(PLATFORMS["jetson"], settings, profile, results)
+    sel = select_variants(PLATFORMS["jetson"], settings, profile, results)
     p50 = {name: next(lat.p50_ms for lat in results.variant(name).latency if lat.device == "cpu-b")
            for name in ("onnx-fp32", "tensorrt-fp16")}
     assert chosen(sel) == [min(p50, key=p50.get)] and "on cpu-b" in sel.rule
 
 
-def test_select_with_nothing_to_bundle_names_every_reason(build) -> None:
+def test_select_variants_with_nothing_to_bundle_names_every_reason(build) -> None:
     profile, results = build
     with pytest.raises(BundleError, match="no variant goes into the ios bundle .*mobile-fp32: ios bundles take"):
-        select(PLATFORMS["ios"], BundleSettings(platforms=["ios"], variants=["mobile-fp32"]), profile, results)
+        select_variants(PLATFORMS["ios"], BundleSettings(platforms=["ios"], variants=["mobile-fp32"]), profile, results)

@@ -4,7 +4,7 @@ Shared by the Markdown, HTML and CSV writers so that each shows the same thing.
 """
 from __future__ import annotations
 
-from edgeship.reports.data import Line, Report, Shown, why_no_accuracy, why_no_field, why_no_latency
+from edgeship.reports.rows import Line, Report, Shown, why_no_accuracy, why_no_field, why_no_latency
 
 NOT_MEASURED = "not measured"
 

@@ -1,0 +1,56 @@
+"""A data set of model inputs: one array per input, N samples along the first axis, and optional
+int64 labels. Every reader (``.npz``, image folder, ``module:callable``) returns one."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Dataset:
+    """N samples: ``inputs[name]`` is an array of shape [N, *sample_shape]; ``labels`` is [N] or None."""
+
+    inputs: dict[str, np.ndarray]
+    labels: np.ndarray | None
+    source: str
+
+    def __len__(self) -> int:
+        return len(next(iter(self.inputs.values())))
+
+    def take(self, n: int | None, seed: int = 0) -> Dataset:
+        """A seeded, sorted sample of at most ``n`` items (all of them when ``n`` is None)."""
+        if n is None or n >= len(self):
+            return self
+        idx = sample_indices(len(self), n, seed)
+        labels = None if self.labels is None else self.labels[idx]
+        return Dataset({k: v[idx] for k, v in self.inputs.items()}, labels, f"{self.source} ({n} sampled)")
+
+    def fingerprint(self) -> str:
+        """sha256 of the samples themselves (names, shapes, dtypes, bytes) and the labels: a cache key."""
+        h = hashlib.sha256()
+        arrays = sorted(self.inputs.items()) + ([] if self.labels is None else [("__labels__", self.labels)])
+        for name, array in arrays:
+            h.update(f"{name}:{array.dtype.str}:{list(array.shape)};".encode())
+            h.update(np.ascontiguousarray(array).tobytes())
+        return h.hexdigest()
+
+    def batches(self, batch: int) -> list[dict[str, np.ndarray]]:
+        """Consecutive batches of ``batch`` samples; the last one is padded by repeating its tail."""
+        out = []
+        for start in range(0, len(self), batch):
+            part = {k: v[start:start + batch] for k, v in self.inputs.items()}
+            short = batch - len(next(iter(part.values())))
+            if short:
+                part = {k: np.concatenate([v, np.repeat(v[-1:], short, axis=0)]) for k, v in part.items()}
+            out.append(part)
+        return out
+
+
+def sample_indices(n: int, limit: int | None, seed: int) -> np.ndarray:
+    """Sorted indices of a seeded draw of at most ``limit`` of ``n`` items: what ``Dataset.take``
+    keeps, so a reader that draws before decoding keeps the same samples."""
+    if limit is None or limit >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, limit, replace=False))

@@ -1,0 +1,36 @@
+""".npz files as data sets: ``x`` for a one-input model, else one array per input name, and
+optional ``y`` labels (int class indices)."""
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from edgeship.calibration.dataset import Dataset
+from edgeship.errors import DataError
+from edgeship.spec import ModelSpec
+
+
+def read_npz(path: Path, spec: ModelSpec) -> Dataset:
+    """Arrays from an .npz: ``x`` for a one-input model, else one key per input name; ``y`` labels."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise DataError(f"{path}: not a readable .npz file: {e}") from None
+    names = [i.name for i in spec.inputs]
+    keys = ["x"] if len(names) == 1 and "x" in arrays else names
+    missing = [k for k in keys if k not in arrays]
+    if missing:
+        want = "x" if len(names) == 1 else ", ".join(names)
+        raise DataError(f"{path}: missing array(s) {', '.join(missing)}; expected {want} "
+                        f"(and optionally y); found {', '.join(arrays) or 'none'}")
+    inputs = {name: arrays[key] for name, key in zip(names, keys)}
+    labels = arrays.get("y")
+    if labels is not None:
+        if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+            raise DataError(f"{path}: y must be a 1-D array of integer class indices, "
+                            f"got shape {list(labels.shape)} dtype {labels.dtype}")
+        labels = labels.astype(np.int64)
+    return Dataset(inputs, labels, str(path))
