@@ -20,10 +20,10 @@ import statistics
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import numpy as np
+import tomllib
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -70,7 +70,7 @@ def build(spec: Path, profile: str, folder: Path) -> tuple[float, Path]:
 
 def artifact_jobs(results, out: Path, seen: set[str], label: str) -> dict[str, tuple]:
     """Every artifact of a build that runs here, loaded as the device runner loads it."""
-    from edgeship.lowering import BACKENDS
+    from edgeship.lowering.backends import BACKENDS
 
     jobs = {}
     for row in results.variants[1:]:
@@ -80,10 +80,11 @@ def artifact_jobs(results, out: Path, seen: set[str], label: str) -> dict[str, t
         seen.add(row.sha256)
         options = backend.job_options(backend.parse_options(_options(results, row)), row.precision)
         acc = row.accuracy
-        jobs[f"{label}/{row.name}"] = (("harness:runner_loader", (backend.runtime, str(out / row.file), options, None)), {
-            "backend": row.backend, "precision": row.precision, "quantization": row.quantization,
-            "size_bytes": row.size_bytes, "top1_drop": acc.top1_drop if acc else None,
-            "sqnr_db": acc.sqnr_db if acc else None, "identical": bool(acc and acc.max_abs_err == 0.0)})
+        jobs[f"{label}/{row.name}"] = (
+            ("harness:runner_loader", (backend.runtime, str(out / row.file), options, None)),
+            {"backend": row.backend, "precision": row.precision, "quantization": row.quantization,
+             "size_bytes": row.size_bytes, "top1_drop": acc.top1_drop if acc else None,
+             "sqnr_db": acc.sqnr_db if acc else None, "identical": bool(acc and acc.max_abs_err == 0.0)})
     return jobs
 
 
@@ -103,6 +104,7 @@ def within_budget(info: dict) -> bool:
 def peer_jobs(spec_path: Path, folder: Path) -> dict[str, tuple]:
     """The peers' artifacts, made here with their plain defaults, and how the workers load them."""
     import peers
+
     from edgeship.model import load_model
     from edgeship.spec import load_spec
 
@@ -168,7 +170,8 @@ def summarize(infos: dict, p50: dict, flops: int | None, peak: dict, cost: dict)
         achieved = flops / (p50[name] / 1e3) / 1e9 if flops else None
         variants[name] = {**info, "p50_ms": p50[name], "speedup_vs_eager": eager / p50[name],
                           "vs_best_peer": peer_rows[best_peer] / p50[name] if best_peer else None,
-                          "achieved_gflops": achieved, "fraction_of_peak": achieved / peak[peak_key] if achieved else None,
+                          "achieved_gflops": achieved,
+                          "fraction_of_peak": achieved / peak[peak_key] if achieved else None,
                           "size_vs_ort_default": info["size_bytes"] / ort_size if ort_size else None,
                           "within_budget": within_budget(info)}
     ok = {k: v for k, v in variants.items() if v["within_budget"]}
@@ -177,7 +180,8 @@ def summarize(infos: dict, p50: dict, flops: int | None, peak: dict, cost: dict)
             "best_speedup_vs_eager": eager / p50[best] if best else None,
             "best_peer": best_peer, "best_peer_p50_ms": peer_rows.get(best_peer),
             "speedup_vs_best_peer": peer_rows[best_peer] / p50[best] if best and best_peer else None,
-            "rebuild_seconds": cost["host"]["rebuild_seconds"], "cold_build_seconds": cost["host"]["cold_build_seconds"],
+            "rebuild_seconds": cost["host"]["rebuild_seconds"],
+            "cold_build_seconds": cost["host"]["cold_build_seconds"],
             "build_cost": cost, "peers": peer_rows, "variants": variants}
 
 
@@ -205,8 +209,9 @@ def print_table(results: dict) -> None:
         table.add_row("", f"noise: a candidate's worker processes differ by up to {100 * noise:.0f}% "
                           f"(median {100 * statistics.median(m['process_spread'].values() or [0.0]):.0f}%)",
                       "", "", "", "", "", "", "", "")
-        table.add_row("", f"build: cold {m['cold_build_seconds']:.1f} s, unchanged re-build {m['rebuild_seconds']:.1f} s "
-                          f"(host profile)", "", "", "", "", "", "", "", "", end_section=True)
+        table.add_row("", f"build: cold {m['cold_build_seconds']:.1f} s, "
+                          f"unchanged re-build {m['rebuild_seconds']:.1f} s (host profile)",
+                      "", "", "", "", "", "", "", "", end_section=True)
     Console(width=170).print(table)
     print("* best variant within budget (1 point of top-1, or 20 dB SQNR without labels)")
 

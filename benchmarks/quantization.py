@@ -31,11 +31,12 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]
 
-from edgeship import metrics  # noqa: E402
 from harness import interleaved  # noqa: E402
+
+from edgeship import metrics  # noqa: E402
 from edgeship.calibration import Dataset, load_dataset  # noqa: E402
+from edgeship.lowering.capture import Capturer  # noqa: E402
 from edgeship.model import LoadedModel, example_inputs, load_model  # noqa: E402
-from edgeship.pipeline.capture import Capturer  # noqa: E402
 from edgeship.pipeline.lower import Lowered, lower_variant  # noqa: E402
 from edgeship.profile import Variant, load_profile  # noqa: E402
 from edgeship.quantize.settings import QuantizationSettings  # noqa: E402
@@ -58,7 +59,8 @@ def variants(samples: int) -> tuple[object, list[Variant]]:
     chosen.update({e["name"]: Variant(**e) for e in EXTRA})
     for v in chosen.values():
         if v.precision == "int8":
-            v.quantization = (v.quantization or QuantizationSettings()).model_copy(update={"samples": samples, "seed": 0})
+            v.quantization = (v.quantization or QuantizationSettings()).model_copy(
+                update={"samples": samples, "seed": 0})
     return profile, list(chosen.values())
 
 
@@ -81,7 +83,8 @@ def resnet18() -> tuple[LoadedModel, Dataset, Dataset, int]:
     mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
     rng = np.random.default_rng(0)
     images = ((rng.random((96, 224, 224, 3), dtype=np.float32) - mean) / std).transpose(0, 3, 1, 2).copy()
-    return model, Dataset({"input": images[:64]}, None, "64 images"), Dataset({"input": images[64:]}, None, "32 images"), 64
+    return (model, Dataset({"input": images[:64]}, None, "64 images"),
+            Dataset({"input": images[64:]}, None, "32 images"), 64)
 
 
 def lower_all(model: LoadedModel, calib: Dataset, samples: int, work: Path) -> list[Lowered]:

@@ -7,13 +7,13 @@ caller's error type (exit code 2). Unknown keys are errors, never warnings.
 from __future__ import annotations
 
 import re
-import tomllib
 import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import pydantic
+import tomllib
 from pydantic import BaseModel, ConfigDict
 
 from edgeship.errors import BadInputError, did_you_mean, one_of

@@ -53,10 +53,15 @@ class Latency(ResultModel):
     load_ms: float | None = None
     peak_rss_mb: float | None = Field(None, description="Peak resident memory of the runner process.")
     measured_at: str | None = None
-    cv_above_max: bool | None = Field(None, description="True when cv exceeds the profile's latency.max_cv (an unsteady measurement); None when not measured.")
-    attempts: int | None = Field(None, description="How many times the job was started (retries after a dropped connection).")
-    accuracy: Accuracy | None = Field(None, description="Accuracy of the outputs this device returned; None when it returned none.")
-    inputs_sha256: str | None = Field(None, description="sha256 of the evaluation inputs the device ran (build --resume compares it).")
+    cv_above_max: bool | None = Field(
+        None, description="True when cv exceeds the profile's latency.max_cv (an unsteady measurement); "
+                          "None when not measured.")
+    attempts: int | None = Field(
+        None, description="How many times the job was started (retries after a dropped connection).")
+    accuracy: Accuracy | None = Field(
+        None, description="Accuracy of the outputs this device returned; None when it returned none.")
+    inputs_sha256: str | None = Field(
+        None, description="sha256 of the evaluation inputs the device ran (build --resume compares it).")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -119,7 +124,8 @@ class ModelInfo(ResultModel):
     inputs: list[dict[str, Any]]
     params: int
     flops: int | None = None
-    outputs: list[dict[str, Any]] = Field(default_factory=list, description="The float model's first output: shape (batch first) and dtype.")
+    outputs: list[dict[str, Any]] = Field(
+        default_factory=list, description="The float model's first output: shape (batch first) and dtype.")
 
 
 class Results(ResultModel):
@@ -143,7 +149,7 @@ class Results(ResultModel):
         atomic_write_text(path, self.dump())
 
     @classmethod
-    def read(cls, path: Path) -> "Results":
+    def read(cls, path: Path) -> Results:
         return cls.model_validate_json(Path(path).read_text())
 
     def variant(self, name: str) -> VariantResult:

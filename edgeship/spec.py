@@ -19,7 +19,8 @@ DType = Literal["float32", "float16", "int64", "int32", "uint8", "bool"]
 class InputSpec(StrictModel):
     """One model input."""
 
-    name: str = Field("input", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Input name (ONNX input name, npz key).")
+    name: str = Field(
+        "input", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Input name (ONNX input name, npz key).")
     shape: list[int] = Field(min_length=1, description="Shape with the batch dimension first, e.g. [1, 3, 224, 224].")
     dtype: DType = Field("float32", description="Element type.")
 
@@ -44,7 +45,8 @@ class PreprocessSpec(StrictModel):
     """How images from an image folder become model inputs."""
 
     resize: list[int] | None = Field(None, min_length=2, max_length=2, description="Resize to [height, width] first.")
-    crop: list[int] | None = Field(None, min_length=2, max_length=2, description="Center crop to [height, width] after resizing.")
+    crop: list[int] | None = Field(
+        None, min_length=2, max_length=2, description="Center crop to [height, width] after resizing.")
     mean: list[float] | None = Field(None, description="Per-channel mean subtracted after scaling to [0, 1].")
     std: list[float] | None = Field(None, description="Per-channel standard deviation divided by.")
     layout: Literal["NCHW", "NHWC"] = Field("NCHW", description="Memory layout the model expects.")
@@ -62,7 +64,8 @@ class ModelSpec(StrictModel):
     labels: Path | None = Field(None, description="Class names, one a line.")
     data: DataSpec = Field(default_factory=DataSpec, description="Calibration and evaluation data.")
     preprocess: PreprocessSpec = Field(default_factory=PreprocessSpec, description="Image preprocessing.")
-    base_dir: Path = Field(default_factory=Path.cwd, exclude=True, description="Folder the entry module is imported from.")
+    base_dir: Path = Field(
+        default_factory=Path.cwd, exclude=True, description="Folder the entry module is imported from.")
     source: str = Field("", exclude=True, description="Where the spec came from, for messages.")
 
     _exists = field_validator("weights", "labels")(existing_path)

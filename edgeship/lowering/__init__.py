@@ -1,23 +1,7 @@
-"""Backends: one module each, registered in one dict.
+"""Backends: declarations in ``registry.py``, one implementation module per backend, all of them
+collected in ``backends.py`` (``BACKENDS``); capture (``capture.py``) feeds them.
 
-Adding a backend means writing its module (a ``Backend`` subclass decorated with ``@register``)
-and adding one import line at the bottom of this file.
+This package imports nothing itself, so the registry can be read without loading any backend.
+Adding a backend: its declaration in ``registry.py``, its module here (a class subclassing the
+declaration and ``base.Backend``), one line in ``backends.py``, and its tests.
 """
-from __future__ import annotations
-
-from edgeship.lowering.base import Artifact, Backend, LowerRequest
-
-BACKENDS: dict[str, Backend] = {}
-
-
-def register(cls: type[Backend]) -> type[Backend]:
-    """Add a backend to the registry under its ``name``."""
-    if cls.name in BACKENDS:
-        raise RuntimeError(f"backend {cls.name!r} registered twice")
-    BACKENDS[cls.name] = cls()
-    return cls
-
-
-from edgeship.lowering import mobile, executorch, onnx, coreml, tensorrt  # noqa: E402,F401  (registration)
-
-__all__ = ["BACKENDS", "Artifact", "Backend", "LowerRequest", "register"]

@@ -1,16 +1,24 @@
-"""The one small interface every backend implements, and what lowering hands back."""
+"""The interface every backend implements, and what lowering hands back.
+
+A backend implementation subclasses its declaration in ``lowering/registry.py`` (name, suffix,
+runtime, capture methods, precisions, options) and ``Backend`` (how it lowers and loads).
+"""
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from edgeship.config import StrictModel, check
-from edgeship.errors import ProfileError, LoweringError
-from edgeship.profile import Variant
+from edgeship.cache import Cache
+from edgeship.calibration.dataset import Dataset
+from edgeship.errors import LoweringError
+from edgeship.lowering.capture import Captured
+from edgeship.lowering.registry import BackendSpec
+from edgeship.profile.models import Variant
 
 Predict = Callable[[list[np.ndarray]], list[np.ndarray]]
 
@@ -19,12 +27,12 @@ Predict = Callable[[list[np.ndarray]], list[np.ndarray]]
 class LowerRequest:
     """Everything a backend needs to write one artifact."""
 
-    captured: Any                 # pipeline.capture.Captured
+    captured: Captured
     variant: Variant
-    options: Any                  # the backend's parsed Options
+    options: Any                  # the backend's parsed Options (an instance of its StrictModel)
     dest: Path                    # where the artifact goes; write it atomically
-    calibration: Callable[[], Any] | None = None  # lazily loaded calibration Dataset
-    cache: Any = None             # edgeship.cache.Cache for calibration results; None: no caching
+    calibration: Callable[[], Dataset] | None = None  # the calibration samples, loaded on first call
+    cache: Cache | None = None    # caches calibration results; None: no caching
 
 
 @dataclass
@@ -36,40 +44,13 @@ class Artifact:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-class Backend:
-    """A lowering target: name, file suffix, the runtime that runs it, and its options.
+class Backend(BackendSpec):
+    """How a declared backend lowers and loads.
 
     ``available()`` is None when the artifact can run on this machine, else the reason;
     ``lower()`` writes the artifact; ``load()`` returns a callable on numpy arrays.
     Heavy SDKs are imported inside methods, so listing backends costs nothing.
     """
-
-    name: ClassVar[str]
-    suffix: ClassVar[str]
-    runtime: ClassVar[str]                      # runner runtime id
-    capture_methods: ClassVar[tuple[str, ...]]  # the capture methods it can lower from
-    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
-    # Its own int8 quantizer (schemes and methods a variant's [quantization] may name), or None.
-    quantization: ClassVar[Any] = None
-
-    class Options(StrictModel):
-        """No options."""
-
-    @classmethod
-    def option_problems(cls, options: dict[str, Any]) -> list[str]:
-        return check(options, cls.Options)[1]
-
-    @classmethod
-    def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
-        """Combinations of precision and options this backend cannot build (checked at plan time)."""
-        return []
-
-    @classmethod
-    def parse_options(cls, options: dict[str, Any]) -> Any:
-        parsed, problems = check(options, cls.Options)
-        if problems:
-            raise ProfileError("; ".join(problems))
-        return parsed
 
     def available(self, options: Any = None) -> str | None:
         """None when artifacts with these options run here; otherwise why not."""
@@ -90,16 +71,14 @@ class Backend:
 
     def load(self, path: Path, options: Any = None, threads: int | None = None) -> Predict:
         """A callable on numpy arrays, from the same loader the device runner uses."""
-        from edgeship.devices.runner import RUNTIMES
+        from edgeship.devices.runner import open_runner
 
         opts = self.job_options(options if options is not None else self.Options())
-        return RUNTIMES[self.runtime](str(path), opts, threads)[0]
+        return open_runner(self.runtime, str(path), opts, threads).infer
 
 
 def require(module: str, backend: str) -> Any:
     """Import an SDK for a backend, or raise a LoweringError that says what to install."""
-    import importlib
-
     try:
         return importlib.import_module(module)
     except ImportError as e:

@@ -107,7 +107,8 @@ def capture_trace(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> 
             notes.append(f"trace check failed ({first[:120]}); traced without the check, "
                          "numeric validation judges the artifact")
             traced = torch.jit.trace(model.module, model.example_inputs, check_trace=False)
-    tracer_warnings = {str(w.message).splitlines()[0] for w in caught if issubclass(w.category, torch.jit.TracerWarning)}
+    tracer_warnings = {str(w.message).splitlines()[0]
+                       for w in caught if issubclass(w.category, torch.jit.TracerWarning)}
     for message in sorted(tracer_warnings)[:3]:
         notes.append(f"tracer warning: {message[:160]}")
     return traced

@@ -10,39 +10,19 @@ converted).
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from edgeship.config import StrictModel
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
-from edgeship.lowering import register
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
+from edgeship.lowering.capture import Captured
+from edgeship.lowering.registry import CoremlSpec
 
-DEPLOYMENT_TARGETS = ("iOS16", "iOS17", "iOS18", "macOS13", "macOS14", "macOS15")
 W8A8_MIN_TARGETS = ("iOS17", "iOS18", "macOS14", "macOS15")  # activation quantization needs iOS 17 ops
 
 
-class CoremlOptions(StrictModel):
-    """Options of the coreml backend."""
-
-    minimum_deployment_target: Literal[DEPLOYMENT_TARGETS] = Field(  # type: ignore[valid-type]
-        "iOS16", description="Oldest OS the package must run on (ML programs need iOS 16 / macOS 13 or later here).")
-    compute_units: Literal["ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE"] = Field(
-        "ALL", description="Compute units Core ML may use when the package is loaded and timed.")
-    weight_mode: Literal["linear_symmetric", "linear"] = Field(
-        "linear_symmetric", description="int8 weight quantization mode (w8 and int8 precisions).")
-
-
-@register
-class CoremlBackend(Backend):
-    name = "coreml"
-    suffix = ".mlpackage"
-    runtime = "coreml"
-    capture_methods = ("export", "trace")
-    precisions = ("fp16", "fp32", "w8", "int8")
-    Options = CoremlOptions
+class CoremlBackend(CoremlSpec, Backend):
+    """Converts with coremltools and checks the saved package's interface; predicts only on macOS."""
 
     def available(self, options: Any = None) -> str | None:
         if sys.platform != "darwin":
@@ -90,7 +70,7 @@ def _convertible(program: Any, method: str) -> Any:
     return program.run_decompositions({}) if method == "export" else program
 
 
-def _recapture(module: Any, captured: Any) -> Any:
+def _recapture(module: Any, captured: Captured) -> Any:
     """The fake-quantized module, traced: torch.export cannot trace quantized tensors
     ("quantized nyi in meta tensors"), and coremltools converts the traced form."""
     import torch
@@ -132,8 +112,11 @@ def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any
     import copy
 
     import torch
-    from coremltools.optimize.torch.quantization import (LinearQuantizer, LinearQuantizerConfig,
-                                                         ModuleLinearQuantizerConfig)
+    from coremltools.optimize.torch.quantization import (
+        LinearQuantizer,
+        LinearQuantizerConfig,
+        ModuleLinearQuantizerConfig,
+    )
 
     config = LinearQuantizerConfig(global_config=ModuleLinearQuantizerConfig(
         quantization_scheme="symmetric", milestones=[0, 0, 1_000_000, 1_000_000]))

@@ -2,47 +2,16 @@
 portable operators only, on request."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from edgeship.config import StrictModel
 from edgeship.fsutil import atomic_write_bytes
-from edgeship.lowering import register
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
-from edgeship.lowering.coreml import DEPLOYMENT_TARGETS
-from edgeship.quantize.executorch import SUPPORT as EXECUTORCH_QUANTIZATION, quantize_pt2e
+from edgeship.lowering.registry import ExecutorchSpec
+from edgeship.quantize.executorch import quantize_pt2e
 
 
-@register
-class ExecutorchBackend(Backend):
-    name = "executorch"
-    suffix = ".pte"
-    runtime = "executorch"
-    capture_methods = ("export",)
-
-    class Options(StrictModel):
-        """Options of the executorch backend."""
-
-        partitioner: Literal["xnnpack", "coreml", "portable"] = Field(
-            "xnnpack", description="xnnpack delegates what XNNPACK runs; coreml delegates to Core ML (Apple "
-                                   "devices; fp16 or fp32); portable keeps ExecuTorch's portable operators.")
-        minimum_deployment_target: Literal[DEPLOYMENT_TARGETS] = Field(  # type: ignore[valid-type]
-            "iOS16", description="With partitioner coreml: the oldest OS the delegated program runs on.")
-        compute_units: Literal["ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE"] = Field(
-            "ALL", description="With partitioner coreml: compute units Core ML may use.")
-
-    precisions = ("fp32", "fp16", "int8")
-    quantization = EXECUTORCH_QUANTIZATION
-
-    @classmethod
-    def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
-        partitioner = options.get("partitioner", "xnnpack")
-        if precision == "fp16" and partitioner != "coreml":
-            return ['precision "fp16" needs options.partitioner = "coreml" (XNNPACK and portable run fp32 or int8)']
-        if precision == "int8" and partitioner == "coreml":
-            return ['precision "int8" quantizes for XNNPACK (PT2E); with partitioner "coreml" use fp16 or fp32']
-        return []
+class ExecutorchBackend(ExecutorchSpec, Backend):
+    """Lowers an exported program with ``to_edge_transform_and_lower`` and the chosen partitioner."""
 
     def available(self, options: Any = None) -> str | None:
         if options is not None and options.partitioner == "coreml":

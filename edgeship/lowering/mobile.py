@@ -8,35 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from edgeship.config import StrictModel
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
-from edgeship.lowering import register
 from edgeship.lowering.base import Artifact, Backend, LowerRequest
-from edgeship.quantize.mobile import SUPPORT as MOBILE_QUANTIZATION
+from edgeship.lowering.registry import PytorchMobileSpec
 
 
-@register
-class PytorchMobileBackend(Backend):
-    name = "pytorch-mobile"
-    suffix = ".ptl"
-    runtime = "pytorch-mobile"
-    capture_methods = ("trace", "script")
-
-    class Options(StrictModel):
-        """Options of the pytorch-mobile backend."""
-
-        bytecode_version: int | None = Field(None, ge=3, description="Bytecode version the app's lite runtime reads; the artifact is backported to it.")
-        optimize: bool = Field(True, description="Run optimize_for_mobile where this torch build supports it.")
-        engine: Literal["qnnpack", "x86", "fbgemm"] = Field(
-            "qnnpack", description="Quantized engine int8 variants are built for and run with: qnnpack (ARM phones), x86 or fbgemm.")
-
-    precisions = ("fp32", "int8")
-    quantization = MOBILE_QUANTIZATION
+class PytorchMobileBackend(PytorchMobileSpec, Backend):
+    """Lowers to a ``.ptl`` (fp32, or int8 by the FX quantizer for the chosen engine)."""
 
     def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
         return {"quantized_engine": options.engine}  # int8 kernels are packed for it when loaded
@@ -75,11 +56,13 @@ class PytorchMobileBackend(Backend):
 
         try:
             with contextlib.redirect_stderr(io.StringIO()):
-                return optimize_for_mobile(frozen)
+                optimized = optimize_for_mobile(frozen)
         except RuntimeError as e:
             reason = "this torch build has no XNNPACK" if "XNNPACK" in str(e) else str(e).splitlines()[0][:120]
             notes.append(f"optimize_for_mobile skipped: {reason}; the artifact is frozen TorchScript")
             return frozen
+        notes.append("optimize_for_mobile applied (XNNPACK prepacked kernels, fused ops)")
+        return optimized
 
     @staticmethod
     def _meet_bytecode_version(path: Any, wanted: int | None, notes: list[str]) -> int:

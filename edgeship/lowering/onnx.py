@@ -10,43 +10,22 @@ import contextlib
 import io
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from edgeship.config import StrictModel
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
-from edgeship.lowering import register
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
-from edgeship.quantize.onnx import SUPPORT as ONNX_QUANTIZATION, quantize_dynamic_onnx, quantize_qdq
+from edgeship.lowering.capture import Captured
+from edgeship.lowering.registry import ONNX_QUANTIZATION, OnnxSpec
+from edgeship.quantize.onnx import quantize_dynamic_onnx, quantize_qdq
+from edgeship.quantize.quantized import Quantized
 from edgeship.quantize.settings import QuantizationSettings
 
 DYNAMO_MIN_OPSET = 18
 
 
-class OnnxOptions(StrictModel):
-    """Options of the onnx backend."""
-
-    opset: int = Field(20, ge=7, le=23, description="ONNX opset; below 18 needs a trace or script capture.")
-    dynamic_batch: bool = Field(True, description="Leave the batch dimension free (named 'batch').")
-    graph_optimization: Literal["disabled", "basic", "extended", "all"] = Field(
-        "all", description="ONNX Runtime graph optimization level when the artifact is run.")
-    activations: Literal["uint8", "int8-symmetric"] = Field(
-        "uint8", description="int8 static: uint8 activations (U8S8, fast on CPUs) or symmetric int8 (S8S8, TensorRT's form).")
-    reduce_range: bool | None = Field(
-        None, description="int8 static: 7-bit weights; unset: on for uint8 activations (x86 kernels without VNNI saturate otherwise).")
-
-
-@register
-class OnnxBackend(Backend):
-    name = "onnx"
-    suffix = ".onnx"
-    runtime = "onnxruntime"
-    capture_methods = ("export", "trace", "script")
-    Options = OnnxOptions
-    precisions = ("fp32", "int8")
-    quantization = ONNX_QUANTIZATION
+class OnnxBackend(OnnxSpec, Backend):
+    """Exports with the dynamo (export) or TorchScript (trace, script) exporter; int8 by ONNX Runtime."""
 
     def available(self, options: Any = None) -> str | None:
         try:
@@ -74,7 +53,7 @@ class OnnxBackend(Backend):
         return Artifact(request.dest, notes, {**graph_details(model), **details})
 
 
-def lower_int8(request: LowerRequest) -> Any:
+def lower_int8(request: LowerRequest) -> Quantized:
     """Export the float model to a temporary file, then quantize it into ``request.dest``."""
     settings = request.variant.quantization or QuantizationSettings()
     with tempfile.TemporaryDirectory(prefix="edgeship-onnx-") as work:
@@ -85,12 +64,13 @@ def lower_int8(request: LowerRequest) -> Any:
         data = request.calibration().take(settings.samples, settings.seed or 0)
         return quantize_qdq(fp32, request.dest, data, activations=request.options.activations,
                             reduce_range=request.options.reduce_range,
-                            per_channel=settings.per_channel, method=settings.method or ONNX_QUANTIZATION.default_method,
+                            per_channel=settings.per_channel,
+                            method=settings.method or ONNX_QUANTIZATION.default_method,
                             percentile=settings.percentile, keep_float=settings.keep_float,
                             sensitivity=settings.sensitivity, cache=request.cache)
 
 
-def export_onnx(captured: Any, opset: int, dynamic_batch: bool, dest: Path) -> None:
+def export_onnx(captured: Captured, opset: int, dynamic_batch: bool, dest: Path) -> None:
     """Write ``captured`` as ONNX to ``dest`` (atomically) with the spec's input names."""
     import torch
 
@@ -116,7 +96,7 @@ def export_onnx(captured: Any, opset: int, dynamic_batch: bool, dest: Path) -> N
         name_batch_dim(tmp)
 
 
-def output_names(captured: Any) -> list[str]:
+def output_names(captured: Captured) -> list[str]:
     """``output`` for one output, else ``output0``, ``output1``, ... (counted on the float model)."""
     import torch
 

@@ -15,64 +15,21 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, model_validator
-
-from edgeship.config import StrictModel
 from edgeship.devices import tensorrt_engine
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_write_text
-from edgeship.lowering import register
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
 from edgeship.lowering.onnx import export_onnx, graph_details
-from edgeship.quantize.settings import QuantizationSupport
+from edgeship.lowering.registry import TENSORRT_QUANTIZATION, TensorrtSpec
 
-# Highest ONNX opset each TensorRT release's parser takes (onnx-tensorrt docs/operators.md).
-MAX_OPSET = {"8.5": 17, "8.6": 17, "10.3": 20, "10.7": 20}
 ENGINE_FILES = ("engine.json", "tensorrt_engine.py", "build_engine.sh")
+TensorrtOptions = TensorrtSpec.Options
 
 
-class TensorrtOptions(StrictModel):
-    """Options of the tensorrt backend (settings the device-side builder applies)."""
-
-    tensorrt_version: Literal[tuple(MAX_OPSET)] = Field(  # type: ignore[valid-type]
-        "10.3", description="TensorRT on the device: 8.5 (JetPack 5.1), 8.6 (JetPack 6.0), 10.3 (JetPack 6.1/6.2), 10.7.")
-    opset: int | None = Field(None, ge=9, description="ONNX opset; unset: the highest this TensorRT parses, at most 18 (17 needs a trace capture).")
-    simplify: bool = Field(True, description="Simplify the graph with onnxslim (constant folding, dead nodes).")
-    workspace_mb: int = Field(2048, ge=16, description="Builder workspace memory pool limit, MiB.")
-    builder_optimization_level: int | None = Field(None, ge=0, le=5, description="TensorRT 8.6+: 0-5; unset: TensorRT's default (3).")
-    timing_cache: bool = Field(True, description="Keep a timing cache beside the engine so rebuilds on the device are quick.")
-    dla_core: int | None = Field(None, ge=0, description="Build for this DLA core (Jetson Orin/Xavier); unset: the GPU.")
-    gpu_fallback: bool = Field(True, description="With dla_core: let layers DLA cannot run fall back to the GPU.")
-
-    @model_validator(mode="after")
-    def _fits_version(self) -> "TensorrtOptions":
-        top = MAX_OPSET[self.tensorrt_version]
-        if self.opset is not None and self.opset > top:
-            raise ValueError(f"opset {self.opset}: TensorRT {self.tensorrt_version} parses opsets 9-{top}")
-        if self.builder_optimization_level is not None and tensorrt_engine.major_minor(self.tensorrt_version) < (8, 6):
-            raise ValueError(f"builder_optimization_level needs TensorRT 8.6 or later, not {self.tensorrt_version}")
-        return self
-
-    def chosen_opset(self) -> int:
-        return self.opset if self.opset is not None else min(MAX_OPSET[self.tensorrt_version], 18)
-
-
-QUANTIZATION = QuantizationSupport(schemes=("static",), methods=("minmax", "percentile", "entropy"),
-                                  default_method="minmax",
-                                  engines="TensorRT explicit quantization (ONNX Runtime QDQ, S8S8)")
-
-
-@register
-class TensorrtBackend(Backend):
-    name = "tensorrt"
-    suffix = ".onnx"
-    runtime = "tensorrt"
-    capture_methods = ("export", "trace", "script")
-    precisions = ("fp32", "fp16", "int8")
-    quantization = QUANTIZATION
-    Options = TensorrtOptions
+class TensorrtBackend(TensorrtSpec, Backend):
+    """Writes the static-shape ONNX (S8S8 QDQ for int8) and the settings the device builds the engine with."""
 
     def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
         """The runner builds the engine where TensorRT imports, else runs the ONNX Runtime proxy;
@@ -127,7 +84,8 @@ class TensorrtBackend(Backend):
         settings = request.variant.quantization or QuantizationSettings()
         data = request.calibration().take(settings.samples, settings.seed or 0)
         return quantize_qdq(fp32, request.dest, data, activations="int8-symmetric",
-                            per_channel=settings.per_channel, method=settings.method or QUANTIZATION.default_method,
+                            per_channel=settings.per_channel,
+                            method=settings.method or TENSORRT_QUANTIZATION.default_method,
                             percentile=settings.percentile, keep_float=settings.keep_float,
                             sensitivity=settings.sensitivity, cache=request.cache, quantize_bias=False)
 

@@ -12,10 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgeship.errors import LoweringError
+from edgeship.cache import Cache
+from edgeship.calibration.dataset import Dataset
+from edgeship.devices.hashing import sha256_path
+from edgeship.errors import LoweringError, first_line
 from edgeship.fsutil import atomic_write_text
-from edgeship.lowering import BACKENDS, Artifact, Backend, LowerRequest
-from edgeship.pipeline.capture import Capturer, CaptureFailed
+from edgeship.lowering.backends import BACKENDS
+from edgeship.lowering.base import Artifact, Backend, LowerRequest
+from edgeship.lowering.capture import CaptureFailed, Capturer
 from edgeship.profile import Profile, Variant
 from edgeship.results import now_utc
 
@@ -35,23 +39,21 @@ class Lowered:
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
-    def facts(self) -> dict[str, Any]:
+    def cache_record(self) -> dict[str, Any]:
         """What the stage cache keeps beside the variant's folder, to restore this outcome."""
-        from edgeship.devices.runner import sha256_path
-
         path = self.artifact.path
         return {"file": path.name, "sha256": sha256_path(path), "capture": self.capture,
                 "capture_seconds": self.capture_seconds, "seconds": self.seconds, "notes": self.notes,
                 "artifact_notes": self.artifact.notes, "details": self.artifact.details, "lowered_at": now_utc()}
 
 
-def restored(variant: Variant, facts: dict[str, Any], folder: Path) -> Lowered:
+def restored(variant: Variant, record: dict[str, Any], folder: Path) -> Lowered:
     """A variant's lowering outcome rebuilt from the stage cache (its folder already restored)."""
     backend = BACKENDS[variant.backend]
-    notes = list(facts["artifact_notes"]) + [f"reused from the stage cache (lowered {facts['lowered_at']})"]
+    notes = list(record["artifact_notes"]) + [f"reused from the stage cache (lowered {record['lowered_at']})"]
     return Lowered(variant, backend, backend.parse_options(variant.options),
-                   artifact=Artifact(folder / facts["file"], notes, facts["details"]), capture=facts["capture"],
-                   capture_seconds=facts["capture_seconds"], seconds=facts["seconds"], notes=list(facts["notes"]))
+                   artifact=Artifact(folder / record["file"], notes, record["details"]), capture=record["capture"],
+                   capture_seconds=record["capture_seconds"], seconds=record["seconds"], notes=list(record["notes"]))
 
 
 def capture_order(profile: Profile, variant: Variant) -> list[str]:
@@ -61,8 +63,8 @@ def capture_order(profile: Profile, variant: Variant) -> list[str]:
 
 
 def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_dir: Path,
-                  calibration: Callable[[], Any] | None = None, debug: bool = False,
-                  cache: Any = None) -> Lowered:
+                  calibration: Callable[[], Dataset] | None = None, debug: bool = False,
+                  cache: Cache | None = None) -> Lowered:
     """Capture (with fallback) and lower one variant; failures become ``Lowered.error``."""
     backend = BACKENDS[variant.backend]
     result = Lowered(variant, backend, backend.parse_options(variant.options))
@@ -83,12 +85,7 @@ def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_di
     except Exception as e:  # a converter's failure belongs to this variant only
         if debug and not isinstance(e, LoweringError):
             raise
-        result.error = f"lowering failed: {type(e).__name__}: {_first_line(e)}"
+        result.error = f"lowering failed: {type(e).__name__}: {first_line(e)[:300]}"
         atomic_write_text(dest.parent / "lowering.log", traceback.format_exc())
     result.seconds = time.perf_counter() - start
     return result
-
-
-def _first_line(e: BaseException) -> str:
-    lines = [line for line in str(e).strip().splitlines() if line.strip()]
-    return lines[0][:300] if lines else ""

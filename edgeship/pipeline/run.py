@@ -1,11 +1,10 @@
-"""The build, stage by stage, as the data-flow picture in DESIGN.md draws it:
+"""The build, stage by stage, as the data-flow picture in docs/ARCHITECTURE.md draws it:
 
     plan -> load model -> evaluation data + float reference -> capture + lower (per variant)
          -> validate (per variant and device) -> results.json -> table
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +12,25 @@ from edgeship.cache import default_cache
 from edgeship.calibration import Dataset, load_dataset, random_dataset
 from edgeship.calibration.provider import calibration_data, calibration_variants
 from edgeship.devices import Job
-from edgeship.devices.runner import sha256_path
+from edgeship.devices.hashing import sha256_path
 from edgeship.errors import CaptureError, GateFailure
 from edgeship.fsutil import tree_size
+from edgeship.lowering.capture import Capturer
 from edgeship.model import LazyModel
 from edgeship.pipeline.bundle import report_and_bundle
-from edgeship.pipeline.capture import Capturer
 from edgeship.pipeline.lower import Lowered, lower_variant, restored
 from edgeship.pipeline.plan import BuildRequest, Plan, make_plan
-from edgeship.pipeline.schedule import (Identity, collect, measure_all, plan_tasks, previous_results,
-                                        reuse_line)
+from edgeship.pipeline.schedule import (
+    ReuseKey,
+    measure_all,
+    plan_tasks,
+    previous_results,
+    record_measurements,
+    reuse_line,
+)
 from edgeship.pipeline.stagecache import StageKeys, restore_artifact, store_artifact
 from edgeship.pipeline.validate import Reference, check_device_gates, inputs_fingerprint, reference_stage
+from edgeship.profile.models import Variant
 from edgeship.progress import Progress
 from edgeship.quantize.selection import select_variant
 from edgeship.quantize.settings import scheme_of
@@ -46,7 +52,7 @@ def build(request: BuildRequest) -> Results:
     if previous is not None:
         progress.info(f"unchanged since {previous.created}: reusing {plan.out_dir} (every input, setting and "
                       "artifact is the same; --remeasure measures again)")
-        return outcome(plan, previous)
+        return results_or_gate_failure(plan, previous)
     calibration = calibration_stage(plan, progress)
     model = LazyModel(plan.spec, request.trust_weights)
     with progress.step("evaluation data + float reference") as status:
@@ -64,10 +70,10 @@ def build(request: BuildRequest) -> Results:
         build_id = plan.store.record(results)
         progress.info(f"recorded build {build_id} in {plan.store.url}")
     report_and_bundle(plan, results, progress)
-    return outcome(plan, results)
+    return results_or_gate_failure(plan, results)
 
 
-def outcome(plan: Plan, results: Results) -> Results:
+def results_or_gate_failure(plan: Plan, results: Results) -> Results:
     """The build's results, or GateFailure (exit 3) when a gate or the selection budget failed."""
     failed = [r.name for r in results.variants if not r.gates.passed]
     if failed:
@@ -105,7 +111,7 @@ def calibration_stage(plan: Plan, progress: Progress) -> Dataset | None:
     if not calibration_variants(plan.profile):
         return None
     with progress.step("calibration data") as status:
-        data = calibration_data(plan)
+        data = calibration_data(plan.profile, plan.spec, plan.calibration_source)
         status["result"] = data.source
     return data
 
@@ -134,9 +140,9 @@ def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dat
     for variant in plan.profile.variants:
         with progress.step(f"lower {variant.name} ({variant.backend} {variant.precision})") as status:
             key = keys.artifact(variant)
-            facts = restore_artifact(cache, key, plan.out_dir / variant.name)
-            if facts is not None:
-                item = restored(variant, facts, plan.out_dir / variant.name)
+            record = restore_artifact(cache, key, plan.out_dir / variant.name)
+            if record is not None:
+                item = restored(variant, record, plan.out_dir / variant.name)
                 status["result"] = f"{_size(item.artifact.path)}, from the stage cache"
             else:
                 item = lower_variant(plan.profile, variant, capturer, plan.out_dir, calibration=provide,
@@ -144,7 +150,7 @@ def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dat
                 if item.error:
                     status.update(warn="1", result=item.error)
                 else:
-                    store_artifact(cache, key, item.artifact.path.parent, item.facts())
+                    store_artifact(cache, key, item.artifact.path.parent, item.cache_record())
                     status["result"] = f"{_size(item.artifact.path)} via {item.capture}"
         out.append(item)
     if all(item.capture is None for item in out):
@@ -189,7 +195,7 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
     for item, row in zip(lowered, rows[1:]):
         if item.artifact is not None:
             jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available(item.options)))
-    current = Identity((model.spec.entry, model.weights_sha256, model.params), inputs_fingerprint(ref))
+    current = ReuseKey((model.spec.entry, model.weights_sha256, model.params), inputs_fingerprint(ref))
     # Measurements are reused unless --remeasure (quietly when there is nothing to reuse yet).
     results_path = plan.out_dir / "results.json"
     reuse = plan.request.resume or (not plan.request.remeasure and results_path.exists())
@@ -200,8 +206,8 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
     with progress.step(f"measure on {', '.join(d.name for d in plan.devices)}") as status:
         measure_all(tasks, plan.profile.latency, progress)
         status["result"] = f"{sum(t.reused is None for t in tasks)} measurement(s)"
-    for row, job, unavailable in jobs:
-        collect(row, [t for t in tasks if t.row is row], ref, current.inputs_sha256)
+    for row, _job, unavailable in jobs:
+        record_measurements(row, [t for t in tasks if t.row is row], ref, current.inputs_sha256)
         if row.backend != "eager" and row.error is None:
             if unavailable and not row.latency:
                 row.notes.append("gates not checked: no device in this build can run the artifact")
@@ -210,7 +216,7 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
                                                row.accuracy, row.latency)
 
 
-def _variant(plan: Plan, name: str) -> Any:
+def _variant(plan: Plan, name: str) -> Variant:
     return next(v for v in plan.profile.variants if v.name == name)
 
 

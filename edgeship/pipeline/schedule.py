@@ -43,7 +43,7 @@ class Task:
 
 
 @dataclass
-class Identity:
+class ReuseKey:
     """What must be unchanged for a previous measurement to be reused: the float model (for the
     eager row: entry, weights, parameter count) and the evaluation inputs."""
 
@@ -52,7 +52,7 @@ class Identity:
 
 
 def plan_tasks(jobs: list[tuple[VariantResult, Job, str | None]], devices: list[Device], work: Path,
-               previous: Results | None, current: Identity) -> tuple[list[Task], Counter]:
+               previous: Results | None, current: ReuseKey) -> tuple[list[Task], Counter]:
     """Tasks in (variant, device) order; devices that cannot run a job get a note on the row.
     Returns the tasks and, for a resumed build, why each measured pair was not reused."""
     tasks: list[Task] = []
@@ -76,7 +76,7 @@ def model_identity(info: ModelInfo) -> tuple:
 
 
 def reusable(previous: Results, row: VariantResult, device: str, job: Job,
-             current: Identity) -> tuple[Latency | None, str]:
+             current: ReuseKey) -> tuple[Latency | None, str]:
     """The previous measurement of this pair if it still holds, else None and why not."""
     prev = next((v for v in previous.variants if v.name == row.name and v.backend == row.backend), None)
     if prev is None:
@@ -144,7 +144,8 @@ def summary(lat: Latency) -> str:
     """One progress line's worth: p50 and cv, or mean only, or why it was not measured."""
     if lat.p50_ms is not None:
         flag = " (unsteady)" if lat.cv_above_max else ""
-        return f"p50 {lat.p50_ms:.3f} ms, cv {lat.cv:.3f}{flag}" + (f", {lat.attempts} attempts" if (lat.attempts or 1) > 1 else "")
+        return (f"p50 {lat.p50_ms:.3f} ms, cv {lat.cv:.3f}{flag}"
+                + (f", {lat.attempts} attempts" if (lat.attempts or 1) > 1 else ""))
     if lat.mean_ms is not None:
         return f"mean {lat.mean_ms:.3f} ms (no per-run times)"
     return next((n for n in lat.notes if n.startswith("not measured")), "not measured")
@@ -172,7 +173,7 @@ def previous_results(path: Path, resume: bool, progress: Progress) -> Results | 
         return None
 
 
-def collect(row: VariantResult, tasks: list[Task], ref: Reference, inputs_sha256: str) -> None:
+def record_measurements(row: VariantResult, tasks: list[Task], ref: Reference, inputs_sha256: str) -> None:
     """Put each task's latency row on the variant, in device order, with the accuracy of that
     device's own outputs; the variant's accuracy is the first device's that returned outputs."""
     for task in tasks:

@@ -19,19 +19,21 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import json
-import os
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 from edgeship.cache import Cache, cache_key
 from edgeship.config import ENTRY_PATTERN
-from edgeship.devices.runner import sha256_file, sha256_path
+from edgeship.devices.hashing import sha256_file, sha256_path
+from edgeship.entry import entry_source
 from edgeship.fsutil import atomic_output, atomic_write_text
+from edgeship.pipeline.plan import Plan
+from edgeship.profile.models import Variant
+from edgeship.quantize.settings import needs_calibration
+from edgeship.results import toolchain_versions
 
 PACKAGE = Path(__file__).resolve().parent.parent
 LOWERED = "lowered.json"
@@ -47,33 +49,25 @@ def edgeship_source() -> str:
     return h.hexdigest()
 
 
-def data_fingerprint(source: str | None) -> str | None:
-    """A file's sha256; a folder's (image folder) file names, sizes and times; a callable's module source."""
+def data_fingerprint(source: str | None, base_dir: Path | None) -> str | None:
+    """A file's sha256; a folder's (image folder) file names, sizes and times; a callable's module
+    source, found from ``base_dir`` (the model spec's folder) as the data loader finds it."""
     if source is None:
         return None
     if re.match(ENTRY_PATTERN, source):
-        return f"{source}@{module_fingerprint(source.split(':')[0], None)}"
+        return f"{source}@{module_fingerprint(source.split(':')[0], base_dir)}"
     path = Path(source)
     if path.is_file():
         return sha256_file(path)
-    listing = sorted(f"{p.relative_to(path)}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in path.rglob("*") if p.is_file())
+    listing = sorted(f"{p.relative_to(path)}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+                     for p in path.rglob("*") if p.is_file())
     return hashlib.sha256("\n".join(listing).encode()).hexdigest()
 
 
 def module_fingerprint(module: str, base_dir: Path | None) -> str:
-    """sha256 of a module's source file, found without running it (None-safe for built-ins)."""
-    added = base_dir is not None and str(base_dir) not in sys.path
-    if added:
-        sys.path.insert(0, str(base_dir))
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        spec = None
-    finally:
-        if added:
-            sys.path.remove(str(base_dir))
-    origin = getattr(spec, "origin", None)
-    return sha256_file(origin) if origin and os.path.isfile(origin) else "unknown"
+    """sha256 of a module's source file, found without running it ("unknown" for built-ins)."""
+    source = entry_source(module, base_dir)
+    return sha256_file(source) if source is not None else "unknown"
 
 
 def model_key(spec: Any) -> dict[str, Any]:
@@ -86,22 +80,18 @@ def model_key(spec: Any) -> dict[str, Any]:
 class StageKeys:
     """Every cache key of one build, computed once from the plan (no torch needed)."""
 
-    def __init__(self, plan: Any) -> None:
-        from edgeship.results import toolchain_versions
-
+    def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.common = {"edgeship": edgeship_source(), "toolchain": toolchain_versions()}
         self.model = model_key(plan.spec)
-        self.evaluation = data_fingerprint(plan.evaluation_source)
-        self.calibration = data_fingerprint(plan.calibration_source)
+        self.evaluation = data_fingerprint(plan.evaluation_source, plan.spec.base_dir)
+        self.calibration = data_fingerprint(plan.calibration_source, plan.spec.base_dir)
 
     def reference(self) -> dict[str, Any]:
         return {**self.common, "model": self.model, "evaluation": self.evaluation,
                 "settings": self.plan.profile.evaluation.model_dump(mode="json")}
 
-    def artifact(self, variant: Any) -> dict[str, Any]:
-        from edgeship.quantize.settings import needs_calibration
-
+    def artifact(self, variant: Variant) -> dict[str, Any]:
         profile = self.plan.profile
         calibrated = needs_calibration(variant.precision, variant.quantization)
         return {**self.common, "model": self.model, "variant": variant.model_dump(mode="json", exclude={"gates"}),
@@ -121,20 +111,20 @@ class StageKeys:
 def restore_artifact(cache: Cache, key: dict[str, Any], folder: Path) -> dict[str, Any] | None:
     """Put a cached variant folder at ``folder`` (kept when already identical); None on a miss."""
     entry = cache.entry_path("artifact", cache_key(key))
-    facts_path = entry / LOWERED
-    if not facts_path.is_file():
+    record_path = entry / LOWERED
+    if not record_path.is_file():
         return None
-    facts = json.loads(facts_path.read_text())
-    target = folder / facts["file"]
-    if not (target.exists() and sha256_path(target) == facts["sha256"]):
+    record = json.loads(record_path.read_text())
+    target = folder / record["file"]
+    if not (target.exists() and sha256_path(target) == record["sha256"]):
         with atomic_output(folder) as tmp:
             shutil.copytree(entry / "files", tmp)
-    return facts
+    return record
 
 
-def store_artifact(cache: Cache, key: dict[str, Any], folder: Path, facts: dict[str, Any]) -> None:
-    """Keep a freshly lowered variant folder and its facts (``file`` relative to the folder)."""
+def store_artifact(cache: Cache, key: dict[str, Any], folder: Path, record: dict[str, Any]) -> None:
+    """Keep a freshly lowered variant folder and its lowering record (``file`` relative to the folder)."""
     def fill(dest: Path) -> None:
         shutil.copytree(folder, dest / "files", ignore=shutil.ignore_patterns("lowering.log"))
-        atomic_write_text(dest / LOWERED, json.dumps(facts, indent=1, default=str))
+        atomic_write_text(dest / LOWERED, json.dumps(record, indent=1, default=str))
     cache.get_or_compute("artifact", key, fill)

@@ -57,7 +57,7 @@ def reference_outputs(module: Any, data: Dataset, batch: int, workdir: Path) -> 
 def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any, key: dict[str, Any],
                     cache: Cache, workdir: Path) -> Reference:
     """The evaluation samples and the float outputs on them, from the stage cache when the model
-    and data are unchanged (then the model is not loaded); ``model.facts`` get params and FLOPs."""
+    and data are unchanged (then the model is not loaded); ``model.counts`` get params and FLOPs."""
     def compute(folder: Path) -> None:
         data = evaluation(plan)
         ref = reference_outputs(model.module, data, int(model.spec.inputs[0].shape[0]), folder)
@@ -68,7 +68,7 @@ def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any,
 
     entry = cache.get_or_compute("reference", key, compute)
     facts = json.loads((entry.path / "facts.json").read_text())
-    model.facts.update(params=facts["params"], flops=facts["flops"])
+    model.counts.update(params=facts["params"], flops=facts["flops"])
     with np.load(entry.path / "eval_inputs.npz", allow_pickle=False) as npz:
         inputs = {name: npz[name] for name in npz.files}
     with np.load(entry.path / "reference.npz", allow_pickle=False) as npz:

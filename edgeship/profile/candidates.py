@@ -15,21 +15,20 @@ variant carries everything its quantizer needs.
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 from edgeship.config import raise_problems
 from edgeship.errors import ProfileError
+from edgeship.lowering.registry import SPECS
+from edgeship.profile.models import Profile, Variant
 from edgeship.quantize.settings import QuantizationSettings
 
 
-def expand_candidates(profile: Any, source: str) -> None:
+def expand_candidates(profile: Profile, source: str) -> None:
     """Replace each variant that has candidates by its combinations; fill calibration defaults."""
-    from edgeship.lowering import BACKENDS
-
     expanded = []
     for variant in profile.variants:
         for v in _combinations(variant):
-            if v.precision == "int8" and BACKENDS[v.backend].quantization is not None:
+            if v.precision == "int8" and SPECS[v.backend].quantization is not None:
                 q = v.quantization or QuantizationSettings()
                 v.quantization = q.model_copy(update={"samples": q.samples or profile.calibration.samples,
                                                       "seed": profile.calibration.seed if q.seed is None else q.seed})
@@ -42,7 +41,7 @@ def expand_candidates(profile: Any, source: str) -> None:
     profile.variants = expanded
 
 
-def _combinations(variant: Any) -> list[Any]:
+def _combinations(variant: Variant) -> list[Variant]:
     """The variant itself, or one copy per combination of its candidate values."""
     if variant.candidates is None or variant.precision != "int8":
         return [variant]  # candidates on a non-int8 variant are reported by the backend check
@@ -58,7 +57,7 @@ def _combinations(variant: Any) -> list[Any]:
     return out
 
 
-def _label(field: str, value: Any) -> str:
+def _label(field: str, value: bool | int | str) -> str:
     if field == "per_channel":
         return "per-channel" if value else "per-tensor"
     if field == "keep_float":

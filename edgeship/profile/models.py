@@ -1,22 +1,20 @@
-"""Target profiles (``targets/*.toml``): what to build for a target and how to check it.
+"""The target profile's models (``targets/*.toml``): what to build for a target and how to check it.
 
 A profile lists variants (one artifact each: backend, precision, options), the capture methods in
-fallback order, validation gates and latency settings. Loading validates the whole profile,
-including each variant's backend options, before any model is touched.
+fallback order, validation gates and latency settings. ``edgeship.profile.load`` reads and checks
+a whole profile; these models only hold it.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from edgeship.config import StrictModel, data_source, existing_path, raise_problems, read_toml, validate
-from edgeship.errors import ProfileError, did_you_mean, one_of
-from edgeship.quantize.candidates import expand_candidates
-from edgeship.quantize.settings import (CalibrationSettings, Candidates, QuantizationSettings, SelectionSettings,
-                                        quantization_problems)
+from edgeship.config import StrictModel, data_source, existing_path
+from edgeship.errors import did_you_mean, one_of
+from edgeship.lowering.registry import SPECS
+from edgeship.quantize.settings import CalibrationSettings, Candidates, QuantizationSettings, SelectionSettings
 
 Precision = Literal["fp32", "fp16", "int8", "w8"]
 CaptureMethod = Literal["export", "trace", "script"]
@@ -38,8 +36,11 @@ class LatencySettings(StrictModel):
     iterations: int = Field(100, ge=1, description="Timed inferences; percentiles come from these.")
     threads: int | None = Field(None, ge=1, description="Runtime threads; unset: the device's core count.")
     timeout_s: float = Field(600.0, gt=0, description="Seconds one measurement may take before it is stopped.")
-    max_cv: float | None = Field(0.15, gt=0, description="Flag a measurement whose coefficient of variation (std / mean) is above this; unset: never flag.")
-    cooldown_s: float = Field(0.0, ge=0, description="Seconds each device rests between two measurements (lets a phone or board cool down).")
+    max_cv: float | None = Field(
+        0.15, gt=0, description="Flag a measurement whose coefficient of variation (std / mean) is above this; "
+                                "unset: never flag.")
+    cooldown_s: float = Field(
+        0.0, ge=0, description="Seconds each device rests between two measurements (lets a phone or board cool down).")
 
 
 class Gates(StrictModel):
@@ -47,11 +48,12 @@ class Gates(StrictModel):
 
     min_sqnr_db: float | None = Field(None, description="Lowest SQNR (dB) of outputs against the float model.")
     max_top1_drop: float | None = Field(None, ge=0, description="Largest top-1 drop against float, in points.")
-    min_agreement: float | None = Field(None, ge=0, le=1, description="Lowest share of samples whose top-1 equals the float model's.")
+    min_agreement: float | None = Field(
+        None, ge=0, le=1, description="Lowest share of samples whose top-1 equals the float model's.")
     min_cosine: float | None = Field(None, ge=-1, le=1, description="Lowest cosine similarity of outputs to float.")
     max_p50_ms: float | None = Field(None, gt=0, description="Highest p50 latency (ms) on any device measured.")
 
-    def merged(self, override: "Gates | None") -> "Gates":
+    def merged(self, override: Gates | None) -> Gates:
         """These gates with every field the override sets replaced."""
         if override is None:
             return self
@@ -62,15 +64,18 @@ class EvaluationSettings(StrictModel):
     """Which samples accuracy is measured on."""
 
     samples: int | None = Field(None, ge=1, description="Use at most this many evaluation samples; unset: all.")
-    random_samples: int = Field(32, ge=1, description="Seeded random inputs used when the model has no evaluation data.")
+    random_samples: int = Field(
+        32, ge=1, description="Seeded random inputs used when the model has no evaluation data.")
     seed: int = Field(0, description="Seed for sampling and for random inputs.")
 
 
 class DataOverride(StrictModel):
     """Data the profile uses instead of the model spec's own."""
 
-    calibration: str | None = Field(None, description="Calibration data (.npz, image folder or module:callable) for this target.")
-    evaluation: str | None = Field(None, description="Evaluation data (.npz, image folder or module:callable) for this target.")
+    calibration: str | None = Field(
+        None, description="Calibration data (.npz, image folder or module:callable) for this target.")
+    evaluation: str | None = Field(
+        None, description="Evaluation data (.npz, image folder or module:callable) for this target.")
 
     _exists = field_validator("calibration", "evaluation")(data_source)
 
@@ -81,19 +86,21 @@ class Variant(StrictModel):
     name: str = Field(pattern=NAME_PATTERN, description="Unique name; the artifact's folder.")
     backend: str = Field(description="Backend id, e.g. pytorch-mobile, executorch, onnx.")
     precision: Precision = Field("fp32", description="fp32, fp16, int8 (weights and activations) or w8 (weights).")
-    capture: list[CaptureMethod] | None = Field(None, min_length=1, description="Capture fallback order for this variant; unset: the profile's.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Backend options, checked against the backend's own schema.")
+    capture: list[CaptureMethod] | None = Field(
+        None, min_length=1, description="Capture fallback order for this variant; unset: the profile's.")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Backend options, checked against the backend's own schema.")
     gates: Gates | None = Field(None, description="Gates for this variant, overriding the profile's field by field.")
-    quantization: QuantizationSettings | None = Field(None, description="How an int8 variant is quantized; unset: static, the backend's default method.")
-    candidates: Candidates | None = Field(None, description="int8 settings to try; each combination becomes one variant (see [selection]).")
+    quantization: QuantizationSettings | None = Field(
+        None, description="How an int8 variant is quantized; unset: static, the backend's default method.")
+    candidates: Candidates | None = Field(
+        None, description="int8 settings to try; each combination becomes one variant (see [selection]).")
 
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, value: str) -> str:
-        from edgeship.lowering import BACKENDS
-
-        if value not in BACKENDS:
-            raise ValueError(f"unknown backend; {one_of(BACKENDS)}{did_you_mean(value, BACKENDS)}")
+        if value not in SPECS:
+            raise ValueError(f"unknown backend; {one_of(SPECS)}{did_you_mean(value, SPECS)}")
         return value
 
 
@@ -101,11 +108,14 @@ class BundleSettings(StrictModel):
     """App bundles written at the end of a build (``[bundle]``): one zip per platform."""
 
     platforms: list[Literal["android", "ios", "jetson"]] = Field(
-        min_length=1, description="Platforms to bundle for: android (.pte/.ptl), ios (.mlpackage/.pte), jetson (ONNX, TensorRT).")
+        min_length=1, description="Platforms to bundle for: android (.pte/.ptl), ios (.mlpackage/.pte), "
+                                  "jetson (ONNX, TensorRT).")
     variants: Literal["passing", "fastest"] | list[str] = Field(
         "passing", description="passing: every variant that passed its gates; fastest: the passing variant with the "
-                               "lowest p50; or a list of variant names (bundled even when a gate failed, with a warning).")
-    fastest_on: str | None = Field(None, description="Device whose p50 picks the fastest variant; unset: the first device measured.")
+                               "lowest p50; or a list of variant names (bundled even when a gate failed, "
+                               "with a warning).")
+    fastest_on: str | None = Field(
+        None, description="Device whose p50 picks the fastest variant; unset: the first device measured.")
     labels: Path | None = Field(None, description="Class names, one a line, instead of the model spec's labels.")
     output: str | None = Field(None, description="What the model's output means, written to model.json; unset: "
                                                  "class scores when the labels match the output's size.")
@@ -123,15 +133,19 @@ class Profile(StrictModel):
     gates: Gates = Field(default_factory=Gates, description="Gates for every variant.")
     evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings, description="Evaluation samples.")
     data: DataOverride = Field(default_factory=DataOverride, description="Data that overrides the model spec's.")
-    calibration: CalibrationSettings = Field(default_factory=CalibrationSettings, description="Calibration samples for static int8.")
-    selection: SelectionSettings | None = Field(None, description="Pick one variant to ship, e.g. the fastest within an accuracy budget; unset: none.")
+    calibration: CalibrationSettings = Field(
+        default_factory=CalibrationSettings, description="Calibration samples for static int8.")
+    selection: SelectionSettings | None = Field(
+        None, description="Pick one variant to ship, e.g. the fastest within an accuracy budget; unset: none.")
     variants: list[Variant] = Field(min_length=1, description="The artifacts to build.")
-    devices: list[str] = Field(default_factory=list, description="Devices (names in the --devices file) to measure on when no --device is given; unset: this machine.")
+    devices: list[str] = Field(
+        default_factory=list, description="Devices (names in the --devices file) to measure on when no --device is "
+                                          "given; unset: this machine.")
     bundle: BundleSettings | None = Field(None, description="App bundles to write at the end of a build; unset: none.")
     path: Path | None = Field(None, exclude=True, description="Where the profile was read from (set by the loader).")
 
     @model_validator(mode="after")
-    def _unique_variant_names(self) -> "Profile":
+    def _unique_variant_names(self) -> Profile:
         seen: set[str] = set()
         for v in self.variants:
             if v.name in seen:
@@ -142,63 +156,3 @@ class Profile(StrictModel):
     def gates_for(self, variant: Variant) -> Gates:
         """The profile's gates with the variant's overrides applied."""
         return self.gates.merged(variant.gates)
-
-
-def resolve_profile_path(target: str, search: list[Path] | None = None) -> Path:
-    """``host`` -> ``targets/host.toml`` (cwd first, then the project folder); a path stays a path."""
-    if target.endswith(".toml") or "/" in target or "\\" in target:
-        return Path(target)
-    if not re.match(NAME_PATTERN, target):
-        raise ProfileError(f"target {target!r}: not a profile name or a .toml path")
-    dirs = search or [Path.cwd() / "targets", Path(__file__).resolve().parent.parent / "targets"]
-    for d in dirs:
-        if (d / f"{target}.toml").is_file():
-            return d / f"{target}.toml"
-    known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.toml")})
-    raise ProfileError(f"target {target!r}: no {target}.toml in {dirs[0]}; known targets: "
-                       f"{', '.join(known) or 'none'}{did_you_mean(target, known)}")
-
-
-def load_profile(target: str | Path) -> Profile:
-    """Read and fully validate a profile, backend options included (ProfileError, exit 2)."""
-    path = resolve_profile_path(str(target))
-    data = read_toml(path, ProfileError)
-    data.setdefault("name", path.stem)
-    profile = validate(data, Profile, str(path), ProfileError, context={"base_dir": path.parent})
-    profile.path = path
-    expand_candidates(profile, str(path))
-    check_backend_options(profile, str(path))
-    check_bundle(profile, str(path))
-    return profile
-
-
-def check_bundle(profile: Profile, source: str) -> None:
-    """The ``[bundle]`` section names existing variants that its platforms take (ProfileError)."""
-    from edgeship.bundle.platforms import settings_problems
-
-    if profile.bundle is not None:
-        problems = settings_problems(profile.bundle, profile.variants)
-        if problems:
-            raise_problems(source, problems, ProfileError)
-
-
-def check_backend_options(profile: Profile, source: str) -> None:
-    """Validate every variant's options and precision against its backend; one error for all."""
-    from edgeship.lowering import BACKENDS
-
-    problems: list[str] = []
-    for i, v in enumerate(profile.variants):
-        backend = BACKENDS[v.backend]
-        where = f"variants[{i}] ({v.name})"
-        if v.precision not in backend.precisions:
-            problems.append(f"{where}.precision = \"{v.precision}\": backend {v.backend} supports "
-                            f"{one_of(backend.precisions)}")
-        problems.extend(f"{where}.options: {p}" for p in backend.option_problems(v.options))
-        problems.extend(f"{where}: {p}" for p in backend.variant_problems(v.precision, v.options))
-        problems.extend(f"{where}: {p}" for p in quantization_problems(v, backend.quantization))
-        methods = v.capture or profile.capture.methods
-        if not set(methods) & set(backend.capture_methods):
-            problems.append(f"{where}: backend {v.backend} captures with {one_of(backend.capture_methods)}, "
-                            f"but the capture order allows only {', '.join(methods)}")
-    if problems:
-        raise_problems(source, problems, ProfileError)

@@ -11,16 +11,20 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from edgeship.quantize.common import LayerSensitivity, Quantized, sensitivity_and_fallback, sqnr_of
+from edgeship.cache import Cache
+from edgeship.calibration.dataset import Dataset
+from edgeship.lowering.base import LowerRequest
+from edgeship.lowering.capture import Captured, capture_export
+from edgeship.lowering.registry import EXECUTORCH_QUANTIZATION
 from edgeship.quantize.observers import CALIBRATION_BATCH, calibrate_observers, tensors_sha256
-from edgeship.quantize.settings import QuantizationSettings, QuantizationSupport
+from edgeship.quantize.quantized import Quantized
+from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fallback, sqnr_of
+from edgeship.quantize.settings import QuantizationSettings
 
-SUPPORT = QuantizationSupport(schemes=("static", "dynamic"), methods=("histogram", "minmax"),
-                              default_method="histogram", engines="PT2E with the XNNPACK quantizer")
 LAYER_OPS = ("conv", "linear")  # aten operators reported per layer (conv1d/2d/3d, convolution, linear)
 
 
-def quantize_pt2e(request: Any) -> tuple[Any, Quantized]:
+def quantize_pt2e(request: LowerRequest) -> tuple[Any, Quantized]:
     """The variant's capture quantized for XNNPACK: an ExportedProgram ready to lower, and the facts."""
     settings = request.variant.quantization or QuantizationSettings()
     if settings.scheme == "dynamic":
@@ -28,7 +32,7 @@ def quantize_pt2e(request: Any) -> tuple[Any, Quantized]:
     return _static(request, settings)
 
 
-def _dynamic(captured: Any, settings: QuantizationSettings) -> tuple[Any, Quantized]:
+def _dynamic(captured: Captured, settings: QuantizationSettings) -> tuple[Any, Quantized]:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     prepared = prepare_pt2e(captured.program.module(), xnnpack_quantizer(settings.per_channel, None, [], dynamic=True))
@@ -37,9 +41,9 @@ def _dynamic(captured: Any, settings: QuantizationSettings) -> tuple[Any, Quanti
     return program, Quantized.describe("dynamic", "XNNPACK dynamic int8 (PT2E)", per_channel=settings.per_channel)
 
 
-def _static(request: Any, settings: QuantizationSettings) -> tuple[Any, Quantized]:
+def _static(request: LowerRequest, settings: QuantizationSettings) -> tuple[Any, Quantized]:
     captured = request.captured
-    method = settings.method or SUPPORT.default_method
+    method = settings.method or EXECUTORCH_QUANTIZATION.default_method
     data = request.calibration().take(settings.samples, settings.seed or 0)
     program, batch = calibration_program(captured)
     key = {"kind": "pt2e-xnnpack", "weights_sha256": tensors_sha256(captured.model.module), "method": method,
@@ -58,20 +62,19 @@ def _static(request: Any, settings: QuantizationSettings) -> tuple[Any, Quantize
         calibration={**facts, "data": data.source})
 
 
-def calibration_program(captured: Any) -> tuple[Any, tuple[int, bool]]:
+def calibration_program(captured: Captured) -> tuple[Any, tuple[int, bool]]:
     """The program to quantize and its calibration batch: exported with a free batch dimension when
     the model allows it (observers cost per call, so 32 samples a call calibrate far faster), else
     the variant's own capture at the model's batch size. The result is exported again at that size."""
-    from edgeship.pipeline.capture import capture_export
-
     try:
         return capture_export(captured.model, True, []), (CALIBRATION_BATCH, True)
     except Exception:  # batch-specific code: calibrate at the model's own batch size
         return captured.program, (int(captured.example_inputs[0].shape[0]), False)
 
 
-def _calibrate_and_convert(program: Any, per_channel: bool, method: str, excluded: list[str], data: Any,
-                           batch: tuple[int, bool], cache: Any, key: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+def _calibrate_and_convert(program: Any, per_channel: bool, method: str, excluded: list[str], data: Dataset,
+                           batch: tuple[int, bool], cache: Cache | None, key: dict[str, Any],
+                           ) -> tuple[Any, Any, dict[str, Any]]:
     """prepare_pt2e, calibrate (or restore from the cache), convert_pt2e; the float reference too."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -86,7 +89,9 @@ def xnnpack_quantizer(per_channel: bool, method: str | None, excluded: list[str]
     import dataclasses
 
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-        XNNPACKQuantizer, get_symmetric_quantization_config)
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
     from torchao.quantization.pt2e import MinMaxObserver
     from torchao.quantization.pt2e.quantizer.utils import get_module_name_filter
 
@@ -102,7 +107,7 @@ def xnnpack_quantizer(per_channel: bool, method: str | None, excluded: list[str]
     return quantizer
 
 
-def layer_sensitivity(reference: Any, converted: Any, data: Any, batch: int) -> list[LayerSensitivity]:
+def layer_sensitivity(reference: Any, converted: Any, data: Dataset, batch: int) -> list[LayerSensitivity]:
     """Each conv / linear output (after its quantize-dequantize, as the next layer sees it) in the
     converted model against the same node in the float (prepared) model; named by owning module."""
     layers = {n.name: n for n in reference.graph.nodes if n.op == "call_function"
@@ -122,7 +127,7 @@ def _after_qdq(node: Any) -> Any:
     return node
 
 
-def node_outputs(module: Any, watch: dict[str, str], data: Any, batch: int) -> dict[str, list[Any]]:
+def node_outputs(module: Any, watch: dict[str, str], data: Dataset, batch: int) -> dict[str, list[Any]]:
     """The outputs of the nodes named in ``watch`` (recorded under its values) over every sample."""
     import torch
 

@@ -14,13 +14,22 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from edgeship.quantize.common import LayerSensitivity, Quantized, sensitivity_and_fallback, sqnr_of
+from edgeship.cache import Cache
+from edgeship.calibration.dataset import Dataset
+from edgeship.lowering.base import LowerRequest
+from edgeship.lowering.capture import Captured
+from edgeship.lowering.registry import MOBILE_QUANTIZATION
 from edgeship.quantize.observers import (
-    CALIBRATION_BATCH, calibrate_observers, run_samples, takes_any_batch, tensors_sha256)
-from edgeship.quantize.settings import QuantizationSettings, QuantizationSupport
+    CALIBRATION_BATCH,
+    calibrate_observers,
+    run_samples,
+    takes_any_batch,
+    tensors_sha256,
+)
+from edgeship.quantize.quantized import Quantized
+from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fallback, sqnr_of
+from edgeship.quantize.settings import QuantizationSettings
 
-SUPPORT = QuantizationSupport(schemes=("static", "dynamic"), methods=("histogram", "minmax"),
-                              default_method="histogram", engines="PyTorch quantization (FX graph mode, dynamic)")
 ENGINES = ("qnnpack", "x86", "fbgemm")
 REDUCE_RANGE = {"qnnpack": False, "x86": True, "fbgemm": True}
 LAYER_TYPES = ("Conv", "Linear")  # quantized module types reported per layer (fused ones included)
@@ -42,7 +51,7 @@ def quantized_engine(engine: str) -> Iterator[None]:
         torch.backends.quantized.engine = previous
 
 
-def quantize_module(request: Any, engine: str) -> tuple[Any, Quantized]:
+def quantize_module(request: LowerRequest, engine: str) -> tuple[Any, Quantized]:
     """The float module quantized for ``engine`` (call inside ``quantized_engine(engine)``)."""
     settings = request.variant.quantization or QuantizationSettings()
     if settings.scheme == "dynamic":
@@ -61,15 +70,16 @@ def _dynamic(module: Any, settings: QuantizationSettings, engine: str) -> tuple[
                                          quantized_engine=engine, per_channel=settings.per_channel)
 
 
-def _static(request: Any, settings: QuantizationSettings, engine: str) -> tuple[Any, Quantized]:
+def _static(request: LowerRequest, settings: QuantizationSettings, engine: str) -> tuple[Any, Quantized]:
     module, example = request.captured.model.module, request.captured.example_inputs
-    method = settings.method or SUPPORT.default_method
+    method = settings.method or MOBILE_QUANTIZATION.default_method
     data = request.calibration().take(settings.samples, settings.seed or 0)
     flexible = takes_any_batch(module, example)  # FX graphs keep the module's batch freedom
     batch = (CALIBRATION_BATCH if flexible else int(example[0].shape[0]), flexible)
     key = {"kind": "fx-static", "engine": engine, "weights_sha256": tensors_sha256(module), "method": method,
            "per_channel": settings.per_channel}
-    quantized, facts = _calibrate_and_convert(module, example, qconfig_mapping(engine, method, settings.per_channel, []),
+    quantized, facts = _calibrate_and_convert(module, example,
+                                              qconfig_mapping(engine, method, settings.per_channel, []),
                                               data, batch, request.cache, key)
     measure = lambda sample, size: layer_sensitivity(module, quantized, sample, size)  # noqa: E731
     report, excluded = sensitivity_and_fallback(settings.sensitivity, settings.keep_float, data, batch,
@@ -84,8 +94,9 @@ def _static(request: Any, settings: QuantizationSettings, engine: str) -> tuple[
         calibration={**facts, "data": data.source})
 
 
-def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, data: Any,
-                           batch: tuple[int, bool], cache: Any, key: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, data: Dataset,
+                           batch: tuple[int, bool], cache: Cache | None, key: dict[str, Any],
+                           ) -> tuple[Any, dict[str, Any]]:
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
     prepared = prepare_fx(copy.deepcopy(module).eval(), mapping, example)
@@ -97,8 +108,7 @@ def qconfig_mapping(engine: str, method: str, per_channel: bool, excluded: list[
     """The engine's default mapping (fixed-range ops kept) with the chosen observers; ``excluded`` float."""
     import torch
     from torch.ao.quantization import QConfig, get_default_qconfig_mapping
-    from torch.ao.quantization.observer import (
-        HistogramObserver, MinMaxObserver, PerChannelMinMaxObserver)
+    from torch.ao.quantization.observer import HistogramObserver, MinMaxObserver, PerChannelMinMaxObserver
 
     activation = (HistogramObserver if method == "histogram" else MinMaxObserver).with_args(
         reduce_range=REDUCE_RANGE[engine])
@@ -110,7 +120,7 @@ def qconfig_mapping(engine: str, method: str, per_channel: bool, excluded: list[
     return mapping
 
 
-def layer_sensitivity(module: Any, quantized: Any, data: Any, batch: int) -> list[LayerSensitivity]:
+def layer_sensitivity(module: Any, quantized: Any, data: Dataset, batch: int) -> list[LayerSensitivity]:
     """Each quantized module's output against the matching float subgraph's (PyTorch's FX numeric
     suite matches fused layers such as conv-bn-relu); named by module path."""
     import torch.ao.ns._numeric_suite_fx as ns
@@ -135,7 +145,7 @@ def _numpy(tensor: Any) -> Any:
     return (tensor.dequantize() if tensor.is_quantized else tensor).detach().numpy()
 
 
-def capture_like(captured: Any, module: Any) -> Any:
+def capture_like(captured: Captured, module: Any) -> Any:
     """Capture the quantized ``module`` as the float one was (script or trace). An FX-converted
     module is always traced: FX already removed Python control flow, and scripting its generated
     code trips over postponed type annotations."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset
-from edgeship.quantize.common import calibrated
+from edgeship.quantize.quantized import calibrated
 
 OBSERVERS_FILE = "observers.pt"
 CALIBRATION_BATCH = 32

@@ -18,14 +18,12 @@ from typing import Any, Literal
 
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset
+from edgeship.devices.hashing import sha256_file
 from edgeship.fsutil import atomic_output
-from edgeship.model import sha256_file
-from edgeship.quantize.common import LayerSensitivity, Quantized, calibrated, sensitivity_and_fallback, sqnr_of
-from edgeship.quantize.settings import QuantizationSupport
+from edgeship.quantize.quantized import Quantized, calibrated
+from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fallback, sqnr_of
 
 Activations = Literal["uint8", "int8-symmetric"]
-SUPPORT = QuantizationSupport(schemes=("static", "dynamic"), methods=("minmax", "percentile", "entropy"),
-                              default_method="minmax", engines="ONNX Runtime quantization")
 ORT_METHODS = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
 FORMS = {"uint8": "U8S8 (uint8 activations, int8 weights)",
          "int8-symmetric": "S8S8 (symmetric int8 activations and weights)"}

@@ -67,6 +67,7 @@ def _why_not(settings: SelectionSettings, row: VariantResult, p50: float | None,
     elif acc.agreement is None or acc.agreement < min_agreement(settings):
         return f"agreement {acc.agreement} < {min_agreement(settings):.4g}"
     identical = acc.max_abs_err == 0.0  # sqnr_db is None for identical outputs (infinite SQNR)
-    if settings.min_sqnr_db is not None and not identical and (acc.sqnr_db is None or acc.sqnr_db < settings.min_sqnr_db):
+    if (settings.min_sqnr_db is not None and not identical
+            and (acc.sqnr_db is None or acc.sqnr_db < settings.min_sqnr_db)):
         return f"sqnr_db {acc.sqnr_db} < {settings.min_sqnr_db:g}"
     return None

@@ -12,17 +12,16 @@ Precision ids (DESIGN.md) and how a variant asks for quantization:
   of the pytorch-mobile, executorch and onnx quantizers here offer it, so they refuse it.
 
 Everything here is plain pydantic, importable without torch; the profile loader checks each
-variant against its backend's ``QuantizationSupport`` before any model is loaded.
+variant against its backend's ``QuantizationSupport`` (``profile/checks.py``) before any model is loaded.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from edgeship.config import StrictModel
-from edgeship.errors import one_of
 
 Scheme = Literal["static", "dynamic"]
 Method = Literal["minmax", "histogram", "percentile", "entropy"]
@@ -31,14 +30,18 @@ Method = Literal["minmax", "histogram", "percentile", "entropy"]
 class QuantizationSettings(StrictModel):
     """How an int8 variant is quantized (the ``quantization`` table of a variant)."""
 
-    scheme: Scheme = Field("static", description="static: calibrated int8 activations; dynamic: activations quantized at run time.")
+    scheme: Scheme = Field(
+        "static", description="static: calibrated int8 activations; dynamic: activations quantized at run time.")
     method: Method | None = Field(None, description="Calibration method (static only); unset: the backend's default.")
     per_channel: bool = Field(True, description="Per-channel weight scales (else one scale per tensor).")
     percentile: float = Field(99.999, gt=50, le=100, description="Percentile kept by the percentile method.")
-    samples: int | None = Field(None, ge=1, description="Calibration samples for this variant; unset: the profile's [calibration] samples.")
-    seed: int | None = Field(None, description="Seed for drawing the calibration samples; unset: the profile's [calibration] seed.")
+    samples: int | None = Field(
+        None, ge=1, description="Calibration samples for this variant; unset: the profile's [calibration] samples.")
+    seed: int | None = Field(
+        None, description="Seed for drawing the calibration samples; unset: the profile's [calibration] seed.")
     keep_float: int = Field(0, ge=0, description="Keep this many of the most sensitive layers in float (static only).")
-    sensitivity: bool = Field(True, description="Measure per-layer sensitivity (SQNR of each layer's quantized output) for static int8.")
+    sensitivity: bool = Field(
+        True, description="Measure per-layer sensitivity (SQNR of each layer's quantized output) for static int8.")
 
 
 class Candidates(StrictModel):
@@ -46,7 +49,8 @@ class Candidates(StrictModel):
 
     per_channel: list[bool] | None = Field(None, min_length=1, description="Per-channel and/or per-tensor weights.")
     method: list[Method] | None = Field(None, min_length=1, description="Calibration methods to try.")
-    keep_float: list[int] | None = Field(None, min_length=1, description="Numbers of most sensitive layers kept in float.")
+    keep_float: list[int] | None = Field(
+        None, min_length=1, description="Numbers of most sensitive layers kept in float.")
 
 
 class CalibrationSettings(StrictModel):
@@ -59,8 +63,11 @@ class CalibrationSettings(StrictModel):
 class SelectionSettings(StrictModel):
     """Which variant to ship (the profile's ``[selection]`` table)."""
 
-    select: Literal["fastest-within-budget"] = Field(description="fastest-within-budget: the lowest p50 among variants inside the budget.")
-    max_top1_drop: float = Field(ge=0, description="Largest top-1 drop against float, in points. Without labels: agreement >= 1 - max_top1_drop/100 instead.")
+    select: Literal["fastest-within-budget"] = Field(
+        description="fastest-within-budget: the lowest p50 among variants inside the budget.")
+    max_top1_drop: float = Field(
+        ge=0, description="Largest top-1 drop against float, in points. Without labels: "
+                          "agreement >= 1 - max_top1_drop/100 instead.")
     min_sqnr_db: float | None = Field(None, description="Also require this SQNR (dB) of outputs against float.")
 
 
@@ -87,34 +94,3 @@ def scheme_of(precision: str, settings: QuantizationSettings | None) -> str:
 def needs_calibration(precision: str, settings: QuantizationSettings | None) -> bool:
     """Static int8 calibrates activation ranges; dynamic int8 and w8 need no data."""
     return precision == "int8" and scheme_of(precision, settings) == "static"
-
-
-def quantization_problems(variant: Any, support: QuantizationSupport | None) -> list[str]:
-    """Every way ``variant``'s quantization does not fit its backend (empty when it fits)."""
-    q, backend = variant.quantization, variant.backend
-    if variant.precision != "int8":
-        if q is not None or variant.candidates is not None:
-            return [f"quantization settings apply to precision int8, but precision is {variant.precision}"]
-        return []
-    if support is None:
-        if q is not None or variant.candidates is not None:
-            from edgeship.lowering import BACKENDS
-
-            takers = [name for name, b in BACKENDS.items() if b.quantization is not None]
-            return [f"backend {backend} quantizes int8 with its own options; quantization and candidates "
-                    f"apply to {', '.join(sorted(takers))}"]
-        return []
-    q = q or QuantizationSettings()
-    problems = []
-    if q.scheme not in support.schemes:
-        problems.append(f'quantization.scheme = "{q.scheme}": backend {backend} supports {one_of(support.schemes)}')
-    methods = [q.method] + list((variant.candidates and variant.candidates.method) or [])
-    for method in dict.fromkeys(m for m in methods if m is not None):
-        if q.scheme == "dynamic":
-            problems.append(f'quantization.method = "{method}": dynamic quantization has no calibration method')
-        elif method not in support.methods:
-            problems.append(f'quantization.method = "{method}": backend {backend} calibrates with '
-                            f"{one_of(support.methods)}")
-    if q.scheme == "dynamic" and (q.keep_float or (variant.candidates and variant.candidates.keep_float)):
-        problems.append("quantization.keep_float: layers are kept in float only by static quantization")
-    return problems

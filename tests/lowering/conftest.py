@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from edgeship import metrics
-from edgeship.lowering import BACKENDS, LowerRequest
-from edgeship.pipeline.capture import Capturer
+from edgeship.lowering.backends import BACKENDS
+from edgeship.lowering.base import LowerRequest
+from edgeship.lowering.capture import Capturer
 from edgeship.profile import Variant
 
 

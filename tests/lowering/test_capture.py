@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from edgeship.lowering.capture import Capturer
 from edgeship.model import load_model
-from edgeship.pipeline.capture import Capturer
 from edgeship.spec import load_spec
 
 

@@ -6,13 +6,13 @@ import sys
 import pytest
 
 from edgeship.errors import LoweringError
-from edgeship.lowering import BACKENDS
+from edgeship.lowering.backends import BACKENDS
 
 
 @pytest.fixture
 def coreml_lower(tiny_model, tmp_path):
-    from edgeship.lowering import LowerRequest
-    from edgeship.pipeline.capture import Capturer
+    from edgeship.lowering.base import LowerRequest
+    from edgeship.lowering.capture import Capturer
     from edgeship.profile import Variant
 
     capturer = Capturer(tiny_model)

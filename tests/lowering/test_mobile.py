@@ -11,8 +11,21 @@ from tests.lowering.conftest import sqnr_against_eager
 def test_mobile_fp32_matches_eager_in_the_lite_interpreter(lower, tiny_model, method: str) -> None:
     artifact, predict = lower("pytorch-mobile", method)
     assert artifact.path.suffix == ".ptl" and sqnr_against_eager(tiny_model, predict) >= 60
-    assert "aten::linear" in artifact.details["operators"]
-    assert any("optimize_for_mobile" in n for n in artifact.notes)  # this torch build lacks XNNPACK
+
+
+def test_mobile_records_whether_optimize_for_mobile_ran(lower) -> None:
+    import torch.backends.xnnpack
+
+    artifact, _ = lower("pytorch-mobile", "trace")
+    ops = artifact.details["operators"]
+    notes = [n for n in artifact.notes if "optimize_for_mobile" in n]
+    prepacked = [op for op in ops if op.startswith("prepacked::")]
+    if torch.backends.xnnpack.enabled:  # ran: conv and linear became XNNPACK's prepacked kernels
+        assert len(notes) == 1 and "optimize_for_mobile applied" in notes[0]
+        assert {"prepacked::conv2d_clamp_run", "prepacked::linear_clamp_run"} <= set(prepacked)
+    else:  # skipped, and the note says why; the artifact is plain frozen TorchScript
+        assert len(notes) == 1 and "skipped: this torch build has no XNNPACK" in notes[0]
+        assert not prepacked and "aten::linear" in ops
 
 
 def test_mobile_backports_to_the_requested_bytecode_version(lower) -> None:

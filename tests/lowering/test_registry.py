@@ -1,20 +1,69 @@
-"""The registry: one entry per backend, each with its own test module."""
+"""The registry: every declared backend is implemented, declares what the profile checks need,
+and has its own test module."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from edgeship.lowering import BACKENDS
+import pytest
+
+from edgeship.config import StrictModel
+from edgeship.errors import ProfileError
+from edgeship.lowering.backends import BACKENDS
+from edgeship.lowering.base import Backend
+from edgeship.lowering.registry import SPECS, BackendSpec, spec_for
+from edgeship.quantize.settings import QuantizationSupport
 
 MODULE_FOR = {"pytorch-mobile": "mobile"}
+PRECISIONS = {"fp32", "fp16", "bf16", "int8", "w8"}
+CAPTURE_METHODS = {"export", "trace", "script"}
 
 
 def test_registry_every_backend_has_a_test_module() -> None:
     here = Path(__file__).parent
-    missing = [n for n in BACKENDS if not (here / f"test_{MODULE_FOR.get(n, n)}.py").exists()]
+    missing = [n for n in SPECS if not (here / f"test_{MODULE_FOR.get(n, n)}.py").exists()]
     assert not missing, f"backends without tests: {missing}"
 
 
-def test_registry_backends_declare_suffix_runtime_and_capture() -> None:
-    for backend in BACKENDS.values():
-        assert backend.suffix.startswith(".") and backend.runtime and backend.capture_methods
-        assert "fp32" in backend.precisions or backend.precisions
+def test_registry_every_declaration_has_one_implementation_of_it() -> None:
+    assert set(BACKENDS) == set(SPECS)
+    for name, backend in BACKENDS.items():
+        assert isinstance(backend, Backend) and isinstance(backend, SPECS[name]), name
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_registry_declarations_are_complete(name: str) -> None:
+    spec = SPECS[name]
+    assert spec.name == name
+    assert spec.suffix.startswith(".") and len(spec.suffix) > 1, spec.suffix
+    assert spec.runtime, "no runtime id"
+    assert spec.capture_methods and set(spec.capture_methods) <= CAPTURE_METHODS, spec.capture_methods
+    assert spec.precisions and set(spec.precisions) <= PRECISIONS, spec.precisions
+    assert issubclass(spec.Options, StrictModel)
+    assert spec.option_problems({}) == [], "default options must be valid"
+    if spec.quantization is not None:
+        assert "int8" in spec.precisions
+        assert isinstance(spec.quantization, QuantizationSupport)
+        assert spec.quantization.default_method in spec.quantization.methods
+
+
+def test_registry_refuses_a_second_declaration_of_a_name() -> None:
+    with pytest.raises(RuntimeError, match="declared twice"):
+        type("AnotherOnnx", (BackendSpec,), {"name": "onnx"})
+    assert SPECS["onnx"].__name__ == "OnnxSpec"
+
+
+def test_registry_unknown_backend_names_the_known_ones() -> None:
+    with pytest.raises(ProfileError, match="onnx") as e:
+        spec_for("onxx")
+    assert "did you mean" in str(e.value)
+
+
+def test_registry_is_readable_without_loading_an_implementation() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; import edgeship.profile; "
+            "loaded = [m for m in sys.modules if m.startswith(('edgeship.lowering.', 'edgeship.quantize.')) "
+            "and not m.endswith(('.registry', '.settings'))]; print(loaded); assert not loaded, loaded; "
+            "assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)

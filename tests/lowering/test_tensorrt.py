@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from edgeship.devices import tensorrt_engine
-from edgeship.lowering import BACKENDS
+from edgeship.lowering.backends import BACKENDS
 from tests.conftest import TESTS
 from tests.lowering.conftest import sqnr_against_eager
 
@@ -39,8 +39,8 @@ def test_tensorrt_opset_17_for_older_tensorrt_comes_from_a_trace_capture(lower) 
 
 def test_tensorrt_int8_is_symmetric_qdq_with_per_channel_weights(tiny_model, tiny_spec, tiny_project, tmp_path) -> None:
     from edgeship.calibration import load_dataset
-    from edgeship.lowering import LowerRequest
-    from edgeship.pipeline.capture import Capturer
+    from edgeship.lowering.base import LowerRequest
+    from edgeship.lowering.capture import Capturer
     from edgeship.profile import Variant
 
     backend = BACKENDS["tensorrt"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgeship.devices.base import Job, JobResult, TransportError
-from edgeship.pipeline.schedule import Identity, Task, measure_all, plan_tasks, reusable
+from edgeship.pipeline.schedule import ReuseKey, Task, measure_all, plan_tasks, reusable
 from edgeship.profile import LatencySettings
 from edgeship.progress import Progress
 from edgeship.results import Latency, ModelInfo, Results, VariantResult
@@ -95,7 +95,7 @@ def test_plan_tasks_notes_why_a_device_does_not_run_a_job(tmp_path) -> None:
     eager.runtime = "eager"
     board, host = ScriptedDevice([]), WatchedDevice("host", "local-1")
     host.transport = "local"
-    tasks, _ = plan_tasks([(row, eager, None)], [host, board], tmp_path, None, Identity((), "x"))
+    tasks, _ = plan_tasks([(row, eager, None)], [host, board], tmp_path, None, ReuseKey((), "x"))
     assert [t.device.name for t in tasks] == ["host"]
     assert row.notes == ["board: not measured here: the eager float model runs only on the host "
                          "(it needs edgeship and the model's source)"]
@@ -120,7 +120,7 @@ def test_resume_reuses_a_measurement_only_while_everything_it_depends_on_is_unch
     row = VariantResult(name="ort", backend="onnx", precision="fp32", sha256=change.get("sha", "a" * 64))
     j = job()
     j.iterations = change.get("iterations", 4)
-    lat, reason = reusable(previous(), row, change.get("device", "board"), j, Identity((), change.get("inputs", "in")))
+    lat, reason = reusable(previous(), row, change.get("device", "board"), j, ReuseKey((), change.get("inputs", "in")))
     assert reason == why and (lat is not None) == (why == "reused")
     if lat is not None:
         assert lat.measured_at == "2026-01-01T00:00:00Z" and lat.notes[-1].startswith("reused by build --resume")
@@ -130,12 +130,12 @@ def test_resume_measures_again_what_failed_before() -> None:
     failed = previous()
     failed.variants[0].latency[0].mean_ms = None
     row = VariantResult(name="ort", backend="onnx", precision="fp32", sha256="a" * 64)
-    assert reusable(failed, row, "board", job(), Identity((), "in")) == (None, "not measured there before")
+    assert reusable(failed, row, "board", job(), ReuseKey((), "in")) == (None, "not measured there before")
 
 
 def test_resume_reuses_the_eager_row_only_for_the_same_float_model() -> None:
     prev = previous()
     prev.variants[0].backend, prev.variants[0].name = "eager", "eager"
     row = VariantResult(name="eager", backend="eager", precision="fp32")
-    assert reusable(prev, row, "board", job(), Identity(("m:build", "w", 7), "in"))[1] == "reused"
-    assert reusable(prev, row, "board", job(), Identity(("m:build", "retrained", 7), "in"))[1] == "artifact changed"
+    assert reusable(prev, row, "board", job(), ReuseKey(("m:build", "w", 7), "in"))[1] == "reused"
+    assert reusable(prev, row, "board", job(), ReuseKey(("m:build", "retrained", 7), "in"))[1] == "artifact changed"

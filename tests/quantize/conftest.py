@@ -19,8 +19,8 @@ def calib_data() -> Dataset:
 @pytest.fixture
 def tiny_onnx(tiny_model, tmp_path: Path) -> Path:
     """The tiny model exported to float ONNX with a free batch dimension."""
+    from edgeship.lowering.capture import Capturer
     from edgeship.lowering.onnx import export_onnx
-    from edgeship.pipeline.capture import Capturer
 
     path = tmp_path / "fp32.onnx"
     export_onnx(Capturer(tiny_model).get("export", True), 18, True, path)
@@ -30,8 +30,9 @@ def tiny_onnx(tiny_model, tmp_path: Path) -> Path:
 @pytest.fixture
 def lower_int8(tiny_model, calib_data, tmp_path: Path):
     """lower_int8(backend, method, quantization={...}, cache=None, **options) -> (artifact, predict)."""
-    from edgeship.lowering import BACKENDS, LowerRequest
-    from edgeship.pipeline.capture import Capturer
+    from edgeship.lowering.backends import BACKENDS
+    from edgeship.lowering.base import LowerRequest
+    from edgeship.lowering.capture import Capturer
     from edgeship.profile import Variant
 
     capturer = Capturer(tiny_model)

@@ -68,7 +68,8 @@ def test_build_selects_one_candidate_and_calibrates_once(tmp_path, tiny_project,
 
 
 @pytest.mark.slow
-def test_build_with_no_candidate_inside_the_budget_exits_3_and_keeps_every_row(tmp_path, tiny_project, cache_dir) -> None:
+def test_build_with_no_candidate_inside_the_budget_exits_3_and_keeps_every_row(
+        tmp_path, tiny_project, cache_dir) -> None:
     profile = write_profile(tmp_path, VARIANTS,
                             extra=SELECTION.format(budget=0.0).replace("max_top1_drop = 0.0",
                                                                        "max_top1_drop = 0.0\nmin_sqnr_db = 200.0"))

@@ -1,7 +1,12 @@
 """ExecuTorch's int8 path: PT2E with the XNNPACK quantizer, static and dynamic, lowered to XNNPACK."""
 from __future__ import annotations
 
+import itertools
 import json
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +19,9 @@ def test_executorch_static_int8_is_delegated_and_close_to_float(lower_int8, tiny
     assert (q["scheme"], q["method"], q["per_channel"], q["samples"]) == ("static", "histogram", True, 16)
     assert artifact.details["delegated_nodes"] > 0 and "quantize_per_tensor" not in " ".join(
         artifact.details["non_delegated_ops"])
+    values = xnnpack_values(artifact.path)
+    assert ("xnn_datatype_qcint8", True) in values  # per-channel int8 weights inside the delegate
+    assert ("xnn_datatype_qint8", False) in values  # int8 activations with calibrated ranges
     report = json.loads((artifact.path.parent / "sensitivity.json").read_text())
     assert {row["layer"] for row in report["layers"]} == {"stem.0", "dw", "pw", "head"}
     assert sqnr_vs_eager(tiny_model, predict, calib_data) > 20
@@ -21,7 +29,11 @@ def test_executorch_static_int8_is_delegated_and_close_to_float(lower_int8, tiny
 
 def test_executorch_dynamic_int8_needs_no_calibration(lower_int8, tiny_model, calib_data) -> None:
     artifact, predict = lower_int8("executorch", "export", {"scheme": "dynamic"})
-    assert artifact.details["quantization"]["scheme"] == "dynamic" and "calibration" not in artifact.details["quantization"]
+    q = artifact.details["quantization"]
+    assert q["scheme"] == "dynamic" and "calibration" not in q
+    values = xnnpack_values(artifact.path)
+    assert ("xnn_datatype_qcint8", True) in values  # per-channel int8 weights inside the delegate
+    assert ("xnn_datatype_qdint8", False) in values  # activations quantized at run time
     assert sqnr_vs_eager(tiny_model, predict, calib_data) > 20
 
 
@@ -30,5 +42,43 @@ def test_executorch_minmax_per_tensor_keeps_the_worst_layer_float(lower_int8, ti
     artifact, predict = lower_int8("executorch", "export", {"method": "minmax", "per_channel": False, "keep_float": 1})
     q = artifact.details["quantization"]
     assert q["method"] == "minmax" and q["per_channel"] is False
+    assert ("xnn_datatype_qint8", True) in xnnpack_values(artifact.path)  # per-tensor int8 weights
     assert q["kept_float"] == [q["sensitivity"]["worst"][0]["layer"]]
     assert sqnr_vs_eager(tiny_model, predict, calib_data) > 20
+
+
+def xnnpack_values(pte: Path) -> set[tuple[str, bool]]:
+    """(datatype, is a constant) of every value in the .pte's XNNPACK delegates: what the runtime
+    really gets, whatever the quantizer reported."""
+    values = set()
+    for graph in xnnpack_graphs(pte):
+        for value in graph["xvalues"]:
+            tensor = value["xvalue_union"].get("tensor_value", value["xvalue_union"])
+            values.add((tensor["datatype"], tensor["constant_buffer_idx"] != 0))
+    assert values, f"{pte} has no XNNPACK delegate"
+    return values
+
+
+def xnnpack_graphs(pte: Path) -> Iterator[dict]:
+    """Each XNNPACK delegate's XNNGraph in the .pte, as JSON. ExecuTorch has no public reader for a
+    delegate's payload, so this uses its private serialization helpers (as of executorch 1.5)."""
+    from importlib.resources import files
+
+    from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
+    from executorch.exir._serialize._flatbuffer import _flatc_decompile
+    from executorch.exir._serialize._program import _extract_delegate_payload
+
+    data = pte.read_bytes()
+    schema = files("executorch.backends.xnnpack.serialization").joinpath("schema.fbs").read_bytes()
+    for index in itertools.count():
+        payload = _extract_delegate_payload(data, "xnnpack", index)
+        if payload is None:
+            return
+        header = XNNHeader.from_bytes(payload[:XNNHeader.EXPECTED_LENGTH])
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "schema.fbs").write_bytes(schema)
+            (Path(tmp) / "graph.bin").write_bytes(
+                payload[header.flatbuffer_offset:header.flatbuffer_offset + header.flatbuffer_size])
+            _flatc_decompile(tmp, str(Path(tmp) / "schema.fbs"), str(Path(tmp) / "graph.bin"), ["--raw-binary"])
+            text = (Path(tmp) / "graph.json").read_text()
+        yield json.loads(re.sub(r'(?<![\w"])(-?)inf\b', r"\1Infinity", text))  # flatc writes bare inf

@@ -14,10 +14,9 @@ from edgeship.quantize import onnx as qonnx
 
 
 def _run(path: Path, x: np.ndarray, level: str = "all") -> np.ndarray:
-    from edgeship.devices.runner import load_onnxruntime
+    from edgeship.devices.runner import open_runner
 
-    predict, _ = load_onnxruntime(str(path), {"graph_optimization": level}, 1)
-    return predict([x])[0]
+    return open_runner("onnxruntime", str(path), {"graph_optimization": level}, 1).infer([x])[0]
 
 
 def _ops(path: Path) -> dict[str, int]:

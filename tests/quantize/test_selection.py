@@ -37,7 +37,8 @@ def test_selection_without_labels_judges_by_agreement() -> None:
 
 def test_selection_none_inside_the_budget_selects_none_and_says_so() -> None:
     rows = [_row("a", 1.0, drop=3.0), _row("b", None), _row("c", 0.3, error="lowering failed")]
-    result = select_variant(SelectionSettings(select="fastest-within-budget", max_top1_drop=1.0, min_sqnr_db=20), rows, "host")
+    result = select_variant(SelectionSettings(select="fastest-within-budget", max_top1_drop=1.0, min_sqnr_db=20),
+                            rows, "host")
     assert result.selected is None and not any(r.selected for r in rows)
     assert {c.name: c.reason for c in result.candidates} == {"a": "top1_drop 3 points > 1", "b": "no p50 on host",
                                                              "c": "not built"}
@@ -46,5 +47,6 @@ def test_selection_none_inside_the_budget_selects_none_and_says_so() -> None:
 
 def test_selection_min_sqnr_excludes_noisy_variants() -> None:
     rows = [_row("noisy", 1.0, sqnr=12.0), _row("clean", 2.0, sqnr=35.0)]
-    result = select_variant(SelectionSettings(select="fastest-within-budget", max_top1_drop=1.0, min_sqnr_db=20), rows, "host")
+    result = select_variant(SelectionSettings(select="fastest-within-budget", max_top1_drop=1.0, min_sqnr_db=20),
+                            rows, "host")
     assert result.selected == "clean"

@@ -1,0 +1,226 @@
+"""The backend registry: what each backend is, apart from how it lowers.
+
+A declaration (a ``BackendSpec`` subclass) names the backend, its file suffix, the runtime the
+device runner uses for it, the capture methods it lowers from, its precisions, its own int8
+quantizer (``QuantizationSupport``) and its ``Options`` model. Declaring the class registers it in
+``SPECS`` (``__init_subclass__``). The profile loader and the quantizers ask this module only; the
+implementations (``lowering/<backend>.py``) subclass these declarations and are collected in
+``lowering/backends.py``. Nothing here imports an SDK, the pipeline or the profile.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from edgeship.config import StrictModel, check
+from edgeship.devices.tensorrt_engine import major_minor
+from edgeship.errors import ProfileError, did_you_mean, one_of
+from edgeship.quantize.settings import QuantizationSupport
+
+SPECS: dict[str, type[BackendSpec]] = {}
+
+
+class BackendSpec:
+    """A backend's declaration: name, suffix, runtime, capture methods, precisions, options."""
+
+    name: ClassVar[str]
+    suffix: ClassVar[str]
+    runtime: ClassVar[str]                      # runner runtime id
+    capture_methods: ClassVar[tuple[str, ...]]  # the capture methods it can lower from
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    # Its own int8 quantizer (schemes and methods a variant's [quantization] may name), or None.
+    quantization: ClassVar[QuantizationSupport | None] = None
+
+    class Options(StrictModel):
+        """No options."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:  # a declaration; implementations inherit their name
+            if cls.name in SPECS:
+                raise RuntimeError(f"backend {cls.name!r} declared twice")
+            SPECS[cls.name] = cls
+
+    @classmethod
+    def option_problems(cls, options: dict[str, Any]) -> list[str]:
+        return check(options, cls.Options)[1]
+
+    @classmethod
+    def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        """Combinations of precision and options this backend cannot build (checked at plan time)."""
+        return []
+
+    @classmethod
+    def parse_options(cls, options: dict[str, Any]) -> Any:
+        parsed, problems = check(options, cls.Options)
+        if problems:
+            raise ProfileError("; ".join(problems))
+        return parsed
+
+
+# The int8 quantizers each backend runs (quantize/<backend>.py implements them).
+MOBILE_QUANTIZATION = QuantizationSupport(
+    schemes=("static", "dynamic"), methods=("histogram", "minmax"), default_method="histogram",
+    engines="PyTorch quantization (FX graph mode, dynamic)")
+EXECUTORCH_QUANTIZATION = QuantizationSupport(
+    schemes=("static", "dynamic"), methods=("histogram", "minmax"), default_method="histogram",
+    engines="PT2E with the XNNPACK quantizer")
+ONNX_QUANTIZATION = QuantizationSupport(
+    schemes=("static", "dynamic"), methods=("minmax", "percentile", "entropy"), default_method="minmax",
+    engines="ONNX Runtime quantization")
+TENSORRT_QUANTIZATION = QuantizationSupport(
+    schemes=("static",), methods=("minmax", "percentile", "entropy"), default_method="minmax",
+    engines="TensorRT explicit quantization (ONNX Runtime QDQ, S8S8)")
+
+COREML_DEPLOYMENT_TARGETS = ("iOS16", "iOS17", "iOS18", "macOS13", "macOS14", "macOS15")
+COMPUTE_UNITS = Literal["ALL", "CPU_ONLY", "CPU_AND_GPU", "CPU_AND_NE"]
+# Highest ONNX opset each TensorRT release's parser takes (onnx-tensorrt docs/operators.md).
+TENSORRT_MAX_OPSET = {"8.5": 17, "8.6": 17, "10.3": 20, "10.7": 20}
+
+
+class PytorchMobileSpec(BackendSpec):
+    """PyTorch Mobile: frozen TorchScript for the lite interpreter (``.ptl``)."""
+
+    name = "pytorch-mobile"
+    suffix = ".ptl"
+    runtime = "pytorch-mobile"
+    capture_methods = ("trace", "script")
+    precisions = ("fp32", "int8")
+    quantization = MOBILE_QUANTIZATION
+
+    class Options(StrictModel):
+        """Options of the pytorch-mobile backend."""
+
+        bytecode_version: int | None = Field(
+            None, ge=3, description="Bytecode version the app's lite runtime reads; the artifact is backported to it.")
+        optimize: bool = Field(True, description="Run optimize_for_mobile where this torch build supports it.")
+        engine: Literal["qnnpack", "x86", "fbgemm"] = Field(
+            "qnnpack", description="Quantized engine int8 variants are built for and run with: qnnpack (ARM "
+                                   "phones), x86 or fbgemm.")
+
+
+class ExecutorchSpec(BackendSpec):
+    """ExecuTorch: a ``.pte`` program delegated to XNNPACK, to Core ML, or portable operators only."""
+
+    name = "executorch"
+    suffix = ".pte"
+    runtime = "executorch"
+    capture_methods = ("export",)
+    precisions = ("fp32", "fp16", "int8")
+    quantization = EXECUTORCH_QUANTIZATION
+
+    class Options(StrictModel):
+        """Options of the executorch backend."""
+
+        partitioner: Literal["xnnpack", "coreml", "portable"] = Field(
+            "xnnpack", description="xnnpack delegates what XNNPACK runs; coreml delegates to Core ML (Apple "
+                                   "devices; fp16 or fp32); portable keeps ExecuTorch's portable operators.")
+        minimum_deployment_target: Literal[COREML_DEPLOYMENT_TARGETS] = Field(  # type: ignore[valid-type]
+            "iOS16", description="With partitioner coreml: the oldest OS the delegated program runs on.")
+        compute_units: COMPUTE_UNITS = Field(  # type: ignore[valid-type]
+            "ALL", description="With partitioner coreml: compute units Core ML may use.")
+
+    @classmethod
+    def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        partitioner = options.get("partitioner", "xnnpack")
+        if precision == "fp16" and partitioner != "coreml":
+            return ['precision "fp16" needs options.partitioner = "coreml" (XNNPACK and portable run fp32 or int8)']
+        if precision == "int8" and partitioner == "coreml":
+            return ['precision "int8" quantizes for XNNPACK (PT2E); with partitioner "coreml" use fp16 or fp32']
+        return []
+
+
+class OnnxSpec(BackendSpec):
+    """ONNX: an ``.onnx`` model run by ONNX Runtime."""
+
+    name = "onnx"
+    suffix = ".onnx"
+    runtime = "onnxruntime"
+    capture_methods = ("export", "trace", "script")
+    precisions = ("fp32", "int8")
+    quantization = ONNX_QUANTIZATION
+
+    class Options(StrictModel):
+        """Options of the onnx backend."""
+
+        opset: int = Field(20, ge=7, le=23, description="ONNX opset; below 18 needs a trace or script capture.")
+        dynamic_batch: bool = Field(True, description="Leave the batch dimension free (named 'batch').")
+        graph_optimization: Literal["disabled", "basic", "extended", "all"] = Field(
+            "all", description="ONNX Runtime graph optimization level when the artifact is run.")
+        activations: Literal["uint8", "int8-symmetric"] = Field(
+            "uint8", description="int8 static: uint8 activations (U8S8, fast on CPUs) or symmetric int8 (S8S8, "
+                                 "TensorRT's form).")
+        reduce_range: bool | None = Field(
+            None, description="int8 static: 7-bit weights; unset: on for uint8 activations (x86 kernels without "
+                              "VNNI saturate otherwise).")
+
+
+class TensorrtSpec(BackendSpec):
+    """TensorRT: the ONNX model an engine is built from on the device, and the builder settings."""
+
+    name = "tensorrt"
+    suffix = ".onnx"
+    runtime = "tensorrt"
+    capture_methods = ("export", "trace", "script")
+    precisions = ("fp32", "fp16", "int8")
+    quantization = TENSORRT_QUANTIZATION
+
+    class Options(StrictModel):
+        """Options of the tensorrt backend (settings the device-side builder applies)."""
+
+        tensorrt_version: Literal[tuple(TENSORRT_MAX_OPSET)] = Field(  # type: ignore[valid-type]
+            "10.3", description="TensorRT on the device: 8.5 (JetPack 5.1), 8.6 (JetPack 6.0), 10.3 (JetPack "
+                                "6.1/6.2), 10.7.")
+        opset: int | None = Field(
+            None, ge=9, description="ONNX opset; unset: the highest this TensorRT parses, at most 18 (17 needs a "
+                                    "trace capture).")
+        simplify: bool = Field(True, description="Simplify the graph with onnxslim (constant folding, dead nodes).")
+        workspace_mb: int = Field(2048, ge=16, description="Builder workspace memory pool limit, MiB.")
+        builder_optimization_level: int | None = Field(
+            None, ge=0, le=5, description="TensorRT 8.6+: 0-5; unset: TensorRT's default (3).")
+        timing_cache: bool = Field(
+            True, description="Keep a timing cache beside the engine so rebuilds on the device are quick.")
+        dla_core: int | None = Field(
+            None, ge=0, description="Build for this DLA core (Jetson Orin/Xavier); unset: the GPU.")
+        gpu_fallback: bool = Field(True, description="With dla_core: let layers DLA cannot run fall back to the GPU.")
+
+        @model_validator(mode="after")
+        def _fits_version(self) -> TensorrtSpec.Options:
+            top = TENSORRT_MAX_OPSET[self.tensorrt_version]
+            if self.opset is not None and self.opset > top:
+                raise ValueError(f"opset {self.opset}: TensorRT {self.tensorrt_version} parses opsets 9-{top}")
+            if self.builder_optimization_level is not None and major_minor(self.tensorrt_version) < (8, 6):
+                raise ValueError(f"builder_optimization_level needs TensorRT 8.6 or later, not {self.tensorrt_version}")
+            return self
+
+        def chosen_opset(self) -> int:
+            return self.opset if self.opset is not None else min(TENSORRT_MAX_OPSET[self.tensorrt_version], 18)
+
+
+class CoremlSpec(BackendSpec):
+    """Core ML: an ``.mlpackage`` ML program for iOS and macOS."""
+
+    name = "coreml"
+    suffix = ".mlpackage"
+    runtime = "coreml"
+    capture_methods = ("export", "trace")
+    precisions = ("fp16", "fp32", "w8", "int8")
+
+    class Options(StrictModel):
+        """Options of the coreml backend."""
+
+        minimum_deployment_target: Literal[COREML_DEPLOYMENT_TARGETS] = Field(  # type: ignore[valid-type]
+            "iOS16", description="Oldest OS the package must run on (ML programs need iOS 16 / macOS 13 or later "
+                                 "here).")
+        compute_units: COMPUTE_UNITS = Field(  # type: ignore[valid-type]
+            "ALL", description="Compute units Core ML may use when the package is loaded and timed.")
+        weight_mode: Literal["linear_symmetric", "linear"] = Field(
+            "linear_symmetric", description="int8 weight quantization mode (w8 and int8 precisions).")
+
+
+def spec_for(name: str) -> type[BackendSpec]:
+    """The declaration of backend ``name`` (ProfileError naming the known ones otherwise)."""
+    if name not in SPECS:
+        raise ProfileError(f"unknown backend {name!r}; {one_of(SPECS)}{did_you_mean(name, SPECS)}")
+    return SPECS[name]

@@ -1,0 +1,42 @@
+"""Finding and reading a target profile: ``host`` -> ``targets/host.toml``, validated whole."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from edgeship.config import raise_problems, read_toml, validate
+from edgeship.errors import ProfileError, did_you_mean
+from edgeship.profile.candidates import expand_candidates
+from edgeship.profile.checks import backend_problems, bundle_problems
+from edgeship.profile.models import NAME_PATTERN, Profile
+
+PROJECT_TARGETS = Path(__file__).resolve().parents[2] / "targets"
+
+
+def resolve_profile_path(target: str, search: list[Path] | None = None) -> Path:
+    """``host`` -> ``targets/host.toml`` (cwd first, then the project folder); a path stays a path."""
+    if target.endswith(".toml") or "/" in target or "\\" in target:
+        return Path(target)
+    if not re.match(NAME_PATTERN, target):
+        raise ProfileError(f"target {target!r}: not a profile name or a .toml path")
+    dirs = search or [Path.cwd() / "targets", PROJECT_TARGETS]
+    for d in dirs:
+        if (d / f"{target}.toml").is_file():
+            return d / f"{target}.toml"
+    known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.toml")})
+    raise ProfileError(f"target {target!r}: no {target}.toml in {dirs[0]}; known targets: "
+                       f"{', '.join(known) or 'none'}{did_you_mean(target, known)}")
+
+
+def load_profile(target: str | Path) -> Profile:
+    """Read and fully validate a profile, backend options included (ProfileError, exit 2)."""
+    path = resolve_profile_path(str(target))
+    data = read_toml(path, ProfileError)
+    data.setdefault("name", path.stem)
+    profile = validate(data, Profile, str(path), ProfileError, context={"base_dir": path.parent})
+    profile.path = path
+    expand_candidates(profile, str(path))
+    for problems in (backend_problems(profile), bundle_problems(profile)):
+        if problems:
+            raise_problems(str(path), problems, ProfileError)
+    return profile
