@@ -8,7 +8,7 @@ DEVICES ?=
 DEVICE ?=
 
 .DEFAULT_GOAL := build
-.PHONY: build setup test test-slow test-all bench bench-quant clean
+.PHONY: build setup lint test test-slow test-all bench bench-quant clean
 
 # The sentinel is rebuilt when .venv is missing or pyproject.toml changed.
 $(VENV)/.installed: pyproject.toml
@@ -22,6 +22,9 @@ setup: $(VENV)/.installed
 build: $(VENV)/.installed
 	$(BIN)/edgeship build --target $(target) $(if $(MODEL),--model $(MODEL)) \
 		$(if $(DEVICES),--devices $(DEVICES)) $(foreach d,$(DEVICE),--device $(d))
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check edgeship tests benchmarks
 
 test: $(VENV)/.installed
 	$(BIN)/python -m pytest -q -m "not slow"

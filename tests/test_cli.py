@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from pathlib import Path
 
-import pytest
 import torch
 
 from edgeship.cli import main
