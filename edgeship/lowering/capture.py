@@ -10,6 +10,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgeship.errors import first_line
 from edgeship.model import LoadedModel
 
 DYNAMIC_BATCH_MAX = 4096
@@ -35,9 +36,8 @@ class CaptureFailed(Exception):
     """One method failed; ``str()`` is the first line of its error."""
 
     def __init__(self, method: str, error: BaseException) -> None:
-        text = str(error).strip()
         self.method = method
-        self.line = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+        self.line = f"{type(error).__name__}: {first_line(error) if str(error).strip() else ''}"
         super().__init__(f"{method}: {self.line}")
 
 
@@ -103,7 +103,7 @@ def capture_trace(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> 
         try:
             traced = torch.jit.trace(model.module, model.example_inputs, check_trace=True)
         except torch.jit.TracingCheckError as e:
-            first = str(e).strip().splitlines()[0]
+            first = first_line(e)
             notes.append(f"trace check failed ({first[:120]}); traced without the check, "
                          "numeric validation judges the artifact")
             traced = torch.jit.trace(model.module, model.example_inputs, check_trace=False)

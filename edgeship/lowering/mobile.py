@@ -10,7 +10,7 @@ import contextlib
 import io
 from typing import Any
 
-from edgeship.errors import LoweringError
+from edgeship.errors import LoweringError, first_line
 from edgeship.fsutil import atomic_output
 from edgeship.lowering.base import Artifact, Backend, LowerRequest
 from edgeship.lowering.registry import PytorchMobileSpec
@@ -58,7 +58,7 @@ class PytorchMobileBackend(PytorchMobileSpec, Backend):
             with contextlib.redirect_stderr(io.StringIO()):
                 optimized = optimize_for_mobile(frozen)
         except RuntimeError as e:
-            reason = "this torch build has no XNNPACK" if "XNNPACK" in str(e) else str(e).splitlines()[0][:120]
+            reason = "this torch build has no XNNPACK" if "XNNPACK" in str(e) else first_line(e)[:120]
             notes.append(f"optimize_for_mobile skipped: {reason}; the artifact is frozen TorchScript")
             return frozen
         notes.append("optimize_for_mobile applied (XNNPACK prepacked kernels, fused ops)")

@@ -20,6 +20,7 @@ from rich.markup import escape
 from edgeship.devices import Device, Job
 from edgeship.devices.base import MeasurementError
 from edgeship.devices.lock import DeviceLock, describe
+from edgeship.errors import first_line
 from edgeship.pipeline.validate import Measurement, Reference, accuracy_notes, accuracy_of, measure
 from edgeship.profile import LatencySettings
 from edgeship.progress import Progress
@@ -169,7 +170,7 @@ def previous_results(path: Path, resume: bool, progress: Progress) -> Results | 
     try:
         return Results.read(path)
     except (OSError, ValueError) as e:
-        progress.info(escape(f"resume: {path} cannot be read ({str(e).splitlines()[0]}); measuring everything"))
+        progress.info(escape(f"resume: {path} cannot be read ({first_line(e)}); measuring everything"))
         return None
 
 
