@@ -57,6 +57,11 @@ class BundleError(BadInputError):
     """A bundle that cannot be made, or a bundle file that fails its check."""
 
 
+class OutputError(BadInputError):
+    """An output or cache folder that cannot be used: not a folder, not writable, not edgeship's,
+    or out of space while writing (the message names the path and what was needed)."""
+
+
 class LoweringError(EdgeshipError):
     """One variant could not be lowered; the build records it and goes on."""
 
