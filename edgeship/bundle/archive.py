@@ -1,10 +1,16 @@
-"""Bundle zips: writing one with its manifest, checking one, and extracting one safely.
+"""Bundle zips: writing one with its manifest, checking one, signing one, and extracting one safely.
 
 ``manifest.json`` lists every other file of the zip with its sha256 and size. A check reads
 every listed file back and compares; a file missing, changed, unlisted or unreadable (a damaged
-or truncated zip) is a BundleError (exit 2) naming it. Extraction refuses, before writing
-anything, any entry whose path would leave the destination folder (absolute paths, ``..``,
-symbolic links).
+or truncated zip) is a BundleError (exit 2) naming it. That is integrity only: whoever can change
+a file can rehash the manifest too. Authenticity comes from a detached Ed25519 signature over the
+manifest (``signing.py``), checked when a public key is given.
+
+Before anything is read, the zip's central directory is held to limits (entries, bytes per file
+and in all, compression ratio, manifest size), and bytes are counted again while reading, so a
+zip bomb or a header that under-states a size is refused, naming the file, its size or ratio and
+the limit. Extraction refuses, before writing anything, any entry whose path would leave the
+destination folder (absolute paths, ``..``, symbolic links) and any existing file it would change.
 """
 from __future__ import annotations
 
@@ -13,35 +19,76 @@ import json
 import stat
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from edgeship.errors import BundleError
-from edgeship.fsutil import atomic_output
+from edgeship.bundle.signing import (
+    Signed,
+    check_signature,
+    default_signature_path,
+    key_id,
+    load_private_key,
+    read_signature,
+    signature_document,
+)
+from edgeship.devices.hashing import sha256_file
+from edgeship.errors import BundleError, OutputError
+from edgeship.fsutil import atomic_output, atomic_write_text
 
 MANIFEST = "manifest.json"
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # zip entry times: the same inputs give the same bytes
 CHUNK = 1 << 20
 READ_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError)
 
+# What a bundle may hold; checked on the zip's directory before reading and on the bytes as read.
+# Module constants, so a program (or a test) can change them. Real artifacts compress about
+# 1.1:1 (.pte, .ptl) to 2:1 (int8 .onnx), text files up to ~10:1; a run of zeros ~1000:1.
+MAX_ENTRIES = 10_000
+MAX_MEMBER_BYTES = 8 << 30        # one file: on-device LLM programs reach a few GiB (ZIP64 is written from 4 GiB)
+MAX_TOTAL_BYTES = 32 << 30        # every file together
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_RATIO = 200                   # uncompressed / compressed
+RATIO_FLOOR_BYTES = 1 << 20       # the ratio is judged on files (and totals) larger than this
+
 
 @dataclass
 class BundleCheck:
-    """A bundle that passed its check: what it holds."""
+    """A bundle that passed its check: what it holds, and whether its signature was checked."""
 
     path: Path
     platform: str
     files: int
     bytes: int
     manifest: dict[str, Any]
+    signature: Path | None = None  # the signature checked, or one lying beside the bundle unchecked
+    signed_by: str | None = None  # the key id of a checked signature
+
+    @property
+    def authenticity(self) -> str:
+        """One line for people: signed by whom, or integrity only and why."""
+        if self.signed_by:
+            return f"signature {self.signature} good, signed by {self.signed_by}"
+        if self.signature:
+            return f"integrity only: signature {self.signature} not checked (give --public-key)"
+        return "integrity only: not signed"
 
 
 def write_zip(dest: Path, entries: dict[str, bytes | Path], manifest: dict[str, Any]) -> Path:
-    """Write ``entries`` (zip path -> bytes or a file) and a manifest listing each, atomically."""
-    with atomic_output(dest) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        listed = [_add(zf, name, entries[name]) for name in sorted(entries)]
-        zf.writestr(_info(MANIFEST), json.dumps({**manifest, "files": listed}, indent=2) + "\n")
+    """Write ``entries`` (zip path -> bytes or a file) and a manifest listing each, atomically.
+
+    A bundle that its own check would refuse (above a limit) is not written (BundleError).
+    """
+    with atomic_output(dest) as tmp:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+            listed = [_add(zf, name, entries[name]) for name in sorted(entries)]
+            zf.writestr(_info(MANIFEST), json.dumps({**manifest, "files": listed}, indent=2) + "\n")
+        with zipfile.ZipFile(tmp) as zf:
+            try:
+                check_limits(dest, zf)
+            except BundleError as e:
+                raise BundleError(f"{e}; the bundle would fail its own check, so it was not written") from None
     return dest
 
 
@@ -73,35 +120,111 @@ def _info(name: str) -> zipfile.ZipInfo:
     return info
 
 
-def verify_bundle(path: Path) -> BundleCheck:
-    """Check every file against manifest.json; BundleError naming the first file that differs."""
+def verify_bundle(path: Path, *, public_key: Path | None = None, signature: Path | None = None) -> BundleCheck:
+    """Check every file against manifest.json; BundleError naming the first file that differs.
+
+    With ``public_key``, the signature (``signature``, default ``<bundle>.sig``) over the manifest
+    is checked first: missing, bad or by another key is a BundleError naming the signature file.
+    """
     path = Path(path)
     with _open(path) as zf:
-        names = [i.filename for i in zf.infolist()]
-        check_entry_names(path, zf)
-        manifest = _manifest(path, zf)
-        listed = {f["path"]: f for f in manifest["files"]}
-        for name in listed:
-            if name not in names:
-                raise BundleError(f"{path}: {name}: listed in {MANIFEST} but missing from the bundle")
-            _check_file(path, zf, listed[name])
-        extra = [n for n in names if n not in listed and n != MANIFEST and not n.endswith("/")]
-        if extra:
-            raise BundleError(f"{path}: {extra[0]}: in the bundle but not listed in {MANIFEST}")
-    return BundleCheck(path, str(manifest.get("platform")), len(listed),
-                       sum(int(f["size"]) for f in listed.values()), manifest)
+        return _verify(path, zf, public_key, signature)[0]
 
 
-def extract_bundle(path: Path, dest: Path) -> BundleCheck:
-    """Check a bundle, then extract it into ``dest``; entries leaving ``dest`` are refused first."""
+def _verify(path: Path, zf: zipfile.ZipFile, public_key: Path | None,
+            signature: Path | None) -> tuple[BundleCheck, bytes]:
+    """The check, on an open zip; also returns manifest.json's bytes as read (and as signed)."""
+    check_entry_names(path, zf)
+    check_limits(path, zf)
+    raw = _manifest_bytes(path, zf)
+    sig_path = Path(signature) if signature else default_signature_path(path)
+    signed = check_signature(sig_path, Path(public_key), raw) if public_key is not None else None
+    manifest = _manifest(path, raw)
+    names = [i.filename for i in zf.infolist()]
+    listed = {f["path"]: f for f in manifest["files"]}
+    for name in listed:
+        if name not in names:
+            raise BundleError(f"{path}: {name}: listed in {MANIFEST} but missing from the bundle")
+        _check_file(path, zf, listed[name])
+    extra = [n for n in names if n not in listed and n != MANIFEST and not n.endswith("/")]
+    if extra:
+        raise BundleError(f"{path}: {extra[0]}: in the bundle but not listed in {MANIFEST}")
+    check = BundleCheck(path, str(manifest.get("platform")), len(listed), sum(f["size"] for f in listed.values()),
+                        manifest, signature=sig_path if signed or sig_path.is_file() else None,
+                        signed_by=signed.key_id if signed else None)
+    return check, raw
+
+
+def sign_bundle(path: Path, key: Path, *, signature: Path | None = None) -> Signed:
+    """Check a bundle, then write a detached Ed25519 signature over its manifest (default
+    ``<bundle>.sig``; a previous edgeship signature there is replaced, any other file is refused)."""
+    path = Path(path)
+    private = load_private_key(Path(key))
+    sig_path = Path(signature) if signature else default_signature_path(path)
+    with _open(path) as zf:
+        _, raw = _verify(path, zf, None, None)
+    if sig_path.exists() or sig_path.is_symlink():
+        try:
+            read_signature(sig_path)
+        except BundleError:
+            raise BundleError(f"{sig_path}: exists and is not an edgeship bundle signature; refused to overwrite it "
+                              "(give --signature another path)") from None
+    try:
+        atomic_write_text(sig_path, signature_document(private, raw))
+    except OSError as e:
+        raise OutputError(f"{sig_path}: cannot write the signature ({e.strerror or e})") from None
+    return Signed(sig_path, key_id(private.public_key()))
+
+
+def extract_bundle(path: Path, dest: Path, *, public_key: Path | None = None,
+                   signature: Path | None = None) -> BundleCheck:
+    """Check a bundle (and its signature with ``public_key``), then extract it into ``dest``.
+
+    Everything is checked before anything is written: entries leaving ``dest``, the limits, every
+    file against the manifest, and files already in ``dest`` that extraction would change. While
+    writing, every file is hashed again, so a bundle changed under the check is refused too.
+    """
     path, dest = Path(path), Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise OutputError(f"{dest}: is a file, not a folder to extract into")
     with _open(path) as zf:
         check_entry_names(path, zf, dest)
-    check = verify_bundle(path)
-    dest.mkdir(parents=True, exist_ok=True)
-    with _open(path) as zf:
-        zf.extractall(dest)
+        check, raw = _verify(path, zf, public_key, signature)
+        expected = {f["path"]: f["sha256"] for f in check.manifest["files"]}
+        expected[MANIFEST] = hashlib.sha256(raw).hexdigest()
+        _refuse_overwrites(dest, expected)
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+            for info in zf.infolist():
+                _extract_one(path, zf, info, dest, expected)
+        except OSError as e:
+            raise OutputError(f"{dest}: cannot extract into it ({e.strerror or e})") from None
     return check
+
+
+def _extract_one(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, expected: dict[str, str]) -> None:
+    target = dest / info.filename
+    if info.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    with atomic_output(target) as tmp, open(tmp, "wb") as out:
+        limit = MAX_MANIFEST_BYTES if info.filename == MANIFEST else MAX_MEMBER_BYTES
+        for chunk in _stream(path, zf, info, limit):
+            digest.update(chunk)
+            out.write(chunk)
+        if digest.hexdigest() != expected.get(info.filename):
+            raise BundleError(f"{path}: {info.filename}: changed while it was being extracted; refused")
+
+
+def _refuse_overwrites(dest: Path, expected: dict[str, str]) -> None:
+    """Extraction may add files to ``dest`` and rewrite identical ones, never change another's."""
+    for name, sha in expected.items():
+        target = dest / name
+        if target.is_symlink() or (target.exists() and (not target.is_file() or sha256_file(target) != sha)):
+            raise BundleError(f"{target}: already exists and differs from the bundle's {name}; refused to "
+                              "overwrite it (extract into an empty folder)")
 
 
 def check_entry_names(path: Path, zf: zipfile.ZipFile, dest: Path | None = None) -> None:
@@ -123,46 +246,96 @@ def check_entry_names(path: Path, zf: zipfile.ZipFile, dest: Path | None = None)
         seen.add(name)
 
 
+def check_limits(path: Path, zf: zipfile.ZipFile) -> None:
+    """Refuse, from the zip's central directory and before reading any file, too many entries, a
+    file or a total above its size limit, or a compression ratio above MAX_RATIO."""
+    infos = zf.infolist()
+    if len(infos) > MAX_ENTRIES:
+        raise BundleError(f"{path}: {len(infos):,} entries, above the limit of {MAX_ENTRIES:,}; refused")
+    total = packed = 0
+    for info in infos:
+        limit, what = ((MAX_MANIFEST_BYTES, f"for {MANIFEST}") if info.filename == MANIFEST
+                       else (MAX_MEMBER_BYTES, "per file"))
+        if info.file_size > limit:
+            raise BundleError(f"{path}: {info.filename}: {_size(info.file_size)} uncompressed, above the limit of "
+                              f"{_size(limit)} {what}; refused")
+        _check_ratio(path, info.filename, info.file_size, info.compress_size)
+        total += info.file_size
+        packed += info.compress_size
+    if total > MAX_TOTAL_BYTES:
+        raise BundleError(f"{path}: {_size(total)} uncompressed in all, above the limit of {_size(MAX_TOTAL_BYTES)} "
+                          "for a bundle; refused")
+    _check_ratio(path, "its files together", total, packed)
+
+
+def _check_ratio(path: Path, name: str, size: int, compressed: int) -> None:
+    if size > RATIO_FLOOR_BYTES and size > MAX_RATIO * compressed:
+        ratio = f"{size / compressed:,.0f}:1" if compressed else "without bound"
+        raise BundleError(f"{path}: {name}: compresses {ratio} ({_size(size)} from {compressed:,} bytes), above the "
+                          f"limit of {MAX_RATIO}:1; refused (model files compress about 1-3:1: this is a "
+                          "decompression bomb or not a bundle)")
+
+
+def _size(n: int) -> str:
+    return f"{n:,} bytes" + (f" ({n / (1 << 30):.1f} GiB)" if n >= 1 << 30 else
+                             f" ({n / (1 << 20):.1f} MiB)" if n >= 1 << 20 else "")
+
+
+def _stream(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> Iterator[bytes]:
+    """A member's bytes, counted: more than its header declares, or than ``limit``, is refused."""
+    declared, n = info.file_size, 0
+    try:
+        with zf.open(info) as f:
+            while chunk := f.read(CHUNK):
+                n += len(chunk)
+                if n > declared or n > limit:
+                    raise BundleError(f"{path}: {info.filename}: reads as more than the {_size(min(declared, limit))} "
+                                      "its header declares or the limit allows; refused (a damaged or crafted zip)")
+                _check_ratio(path, info.filename, n, info.compress_size)
+                yield chunk
+    except READ_ERRORS as e:
+        raise BundleError(f"{path}: {info.filename}: cannot be read ({e}): the bundle is damaged") from None
+
+
 def _open(path: Path) -> zipfile.ZipFile:
     try:
         return zipfile.ZipFile(path)
     except FileNotFoundError:
         raise BundleError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise BundleError(f"{path}: is a folder, not a bundle zip") from None
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise BundleError(f"{path}: not a complete zip file ({e}): the bundle is truncated or damaged") from None
 
 
-def _manifest(path: Path, zf: zipfile.ZipFile) -> dict[str, Any]:
+def _manifest_bytes(path: Path, zf: zipfile.ZipFile) -> bytes:
     try:
-        manifest = json.loads(_read(path, zf, MANIFEST))
+        info = zf.getinfo(MANIFEST)
     except KeyError:
         raise BundleError(f"{path}: no {MANIFEST}: not an edgeship bundle") from None
-    except json.JSONDecodeError as e:
-        raise BundleError(f"{path}: {MANIFEST}: not valid JSON ({e})") from None
+    return b"".join(_stream(path, zf, info, MAX_MANIFEST_BYTES))
+
+
+def _manifest(path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        manifest = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise BundleError(f"{path}: {MANIFEST}: not valid JSON ({str(e)[:200]})") from None
     files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, list) or not all(isinstance(f, dict) and {"path", "sha256", "size"} <= f.keys()
-                                              for f in files):
-        raise BundleError(f"{path}: {MANIFEST}: needs a 'files' list of {{path, sha256, size}} entries")
+    if not isinstance(files, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("sha256"), str)
+            and type(f.get("size")) is int and f["size"] >= 0 for f in files):
+        raise BundleError(f"{path}: {MANIFEST}: needs a 'files' list of {{path, sha256, size}} entries "
+                          "(path and sha256 strings, size a whole number of bytes)")
     return manifest
 
 
 def _check_file(path: Path, zf: zipfile.ZipFile, entry: dict[str, Any]) -> None:
     name = entry["path"]
     digest, size = hashlib.sha256(), 0
-    try:
-        with zf.open(name) as f:
-            while chunk := f.read(CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-    except READ_ERRORS as e:
-        raise BundleError(f"{path}: {name}: cannot be read ({e}): the bundle is damaged") from None
-    if digest.hexdigest() != entry.get("sha256") or size != entry.get("size"):
+    for chunk in _stream(path, zf, zf.getinfo(name), MAX_MEMBER_BYTES):
+        digest.update(chunk)
+        size += len(chunk)
+    if digest.hexdigest() != entry["sha256"] or size != entry["size"]:
         raise BundleError(f"{path}: {name}: differs from {MANIFEST} (sha256 {digest.hexdigest()[:16]}…, "
-                          f"{size} bytes; expected {str(entry.get('sha256'))[:16]}…, {entry.get('size')} bytes)")
-
-
-def _read(path: Path, zf: zipfile.ZipFile, name: str) -> bytes:
-    try:
-        return zf.read(name)
-    except READ_ERRORS as e:
-        raise BundleError(f"{path}: {name}: cannot be read ({e}): the bundle is damaged") from None
+                          f"{size} bytes; expected {entry['sha256'][:16]}…, {entry['size']} bytes)")

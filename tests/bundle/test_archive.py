@@ -122,3 +122,37 @@ def test_extract_writes_the_checked_files(capsys, bundle: Path, tmp_path: Path) 
     assert "3 files" in capsys.readouterr().out
     assert (dest / "labels.txt").read_bytes() == b"a\nb\n" and (dest / "assets" / "model.pte").stat().st_size == 50_000
     assert json.loads((dest / MANIFEST).read_text())["platform"] == "android"
+
+
+def test_extract_refuses_to_change_a_file_already_in_the_destination(bundle: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    extract_bundle(bundle, dest)
+    extract_bundle(bundle, dest)  # the same files again: nothing changes, allowed
+    (dest / "labels.txt").write_bytes(b"my own labels\n")
+    with pytest.raises(BundleError, match=r"dest/labels.txt: already exists and differs from the bundle's labels.txt; "
+                                          "refused to overwrite it"):
+        extract_bundle(bundle, dest)
+    assert (dest / "labels.txt").read_bytes() == b"my own labels\n"
+
+
+@pytest.mark.parametrize(("manifest", "message"), [
+    (b"[" * 100_000, "manifest.json: not valid JSON"),
+    (b"\xff\xfe{", "manifest.json: not valid JSON"),
+    (b'{"files": [{"path": ["a"], "sha256": "x", "size": 1}]}', "needs a 'files' list"),
+    (b'{"files": [{"path": "a", "sha256": "x", "size": "1"}]}', "needs a 'files' list"),
+    (b'{"files": [{"path": "a", "sha256": "x", "size": -1}]}', "needs a 'files' list"),
+])
+def test_verify_exits_2_on_a_manifest_of_the_wrong_shape(capsys, bundle: Path, tmp_path: Path, manifest: bytes,
+                                                        message: str) -> None:
+    crafted = rewrite(bundle, tmp_path / "crafted.zip", {MANIFEST: manifest})
+    assert main(["bundle", "verify", str(crafted)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_extract_exits_2_when_the_destination_is_a_file(capsys, bundle: Path, tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    assert main(["bundle", "verify", str(bundle), "--extract", str(afile)]) == 2
+    assert f"{afile}: is a file, not a folder to extract into" in capsys.readouterr().err
+    assert afile.read_text() == "mine\n"
