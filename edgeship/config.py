@@ -1,43 +1,127 @@
 """Reading TOML files into strict pydantic models, with one clear message per mistake.
 
-Every profile, model spec and devices file goes through :func:`load_toml`. A mistake is reported
-as ``file: key = value: what is wrong; what is allowed (did you mean ...)`` and raised as the
-caller's error type (exit code 2). Unknown keys are errors, never warnings.
+Every profile, model spec and devices file goes through :func:`read_toml` and :func:`validate`. A
+mistake is reported as ``file: key = value: what is wrong; what is allowed (did you mean ...)``
+and raised as the caller's error type (exit code 2). Unknown keys are errors, never warnings;
+values keep their TOML type (``true`` is not 1, ``"10"`` is not 10); nan and inf are refused.
 """
 from __future__ import annotations
 
+import math
+import os
 import re
+import reprlib
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import pydantic
 import tomllib
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-from edgeship.errors import BadInputError, did_you_mean, one_of
+from edgeship.errors import BadInputError, OutputError, did_you_mean, first_line, one_of
 
 ENTRY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
+
+MAX_DEPTH = 32      # tables and arrays nested deeper than this are refused (no real file comes close)
+MAX_PROBLEMS = 20   # problems listed in one message; the rest are counted
+MAX_BYTES = 64 << 20  # larger files are refused unread (and /dev/zero does not read forever)
+NOT_FINITE = "not a finite number; finite numbers only (nan, inf and numbers beyond +-1.8e308 are refused)"
 
 M = TypeVar("M", bound=BaseModel)
 
 
 class StrictModel(BaseModel):
-    """Base for every configuration model: unknown keys are errors, values are not coerced loosely."""
+    """Base for every configuration model: unknown keys are errors; every float must be finite
+    (nan and inf are refused, in nested models and optional fields too). Files are validated in
+    strict mode (:func:`check`), so a value must have the field's type, not one that converts to it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=False, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_default=True, allow_inf_nan=False)
+
+
+def _to_path(value: Any) -> Any:
+    return Path(value) if isinstance(value, str) else value
+
+
+# A path field: a TOML string becomes a Path (strict validation takes no str for a Path otherwise).
+PathField = Annotated[Path, BeforeValidator(_to_path)]
 
 
 def existing_path(value: Path | None, info: pydantic.ValidationInfo) -> Path | None:
     """Resolve a path against the folder of the file being read (context ``base_dir``); it must exist."""
     if value is None:
         return None
+    if "\0" in str(value):
+        raise ValueError("a path cannot contain a NUL character")
     base = (info.context or {}).get("base_dir", Path.cwd())
     path = value if value.is_absolute() else Path(base) / value
-    if not path.exists():
+    try:
+        found = path.exists()
+    except OSError as e:  # a name too long, a loop of links, ...
+        raise ValueError(f"cannot use this path: {e.strerror or e}") from None
+    if not found:
         raise ValueError(f"path does not exist ({path}); relative paths start at {base}")
     return path.resolve()
+
+
+def existing_file(value: Path | None, info: pydantic.ValidationInfo) -> Path | None:
+    """:func:`existing_path` that must be a file, not a folder."""
+    path = existing_path(value, info)
+    if path is not None and not path.is_file():
+        raise ValueError(f"not a file ({path}{' is a folder' if path.is_dir() else ''}); expected a file")
+    return path
+
+
+def text_file(value: Path | None, info: pydantic.ValidationInfo) -> Path | None:
+    """:func:`existing_file` holding UTF-8 text (a labels file), read now so it cannot fail later."""
+    path = existing_file(value, info)
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"cannot be read ({path}): {e.strerror or e}") from None
+    try:
+        data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text ({path}): byte 0x{data[e.start]:02x} at offset {e.start}") from None
+    return path
+
+
+def usable_folder(path: Path, what: str, writable: bool = True) -> Path:
+    """``path`` when it is a folder, or can be made one, that edgeship can write in; OutputError naming
+    ``what`` and the path otherwise: a file in the way, a folder that is not writable."""
+    if "\0" in str(path):
+        raise OutputError(f"{what} {str(path)!r}: a path cannot contain a NUL character")
+    existing = Path(path)
+    try:
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+    except OSError as e:  # a name too long, a loop of links, ...
+        raise OutputError(f"{what} {path}: cannot be used: {e.strerror or e}") from None
+    if not existing.is_dir():
+        problem = "is a file" if existing == Path(path) else f"cannot be created: {existing} is a file"
+        raise OutputError(f"{what} {path}: {problem}; expected a folder")
+    if writable and not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == Path(path) else f"cannot be created: {existing} "
+        raise OutputError(f"{what} {path}: {where}is not writable")
+    return path
+
+
+def finite(value: Any) -> Any:
+    """``value`` when every float inside it (lists and tables included) is finite, else ValueError
+    naming where; for fields typed ``Any``, which pydantic's ``allow_inf_nan`` does not reach."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{where.lstrip('.') or 'value'} = {item}: {NOT_FINITE}")
+        if isinstance(item, dict):
+            stack.extend((f"{where}.{k}", v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in enumerate(item))
+    return value
 
 
 def data_source(value: str | None, info: pydantic.ValidationInfo) -> str | None:
@@ -48,16 +132,60 @@ def data_source(value: str | None, info: pydantic.ValidationInfo) -> str | None:
 
 
 def read_toml(path: Path, error: type[BadInputError]) -> dict[str, Any]:
-    """Parse a TOML file, turning a missing file or a syntax error into ``error``."""
+    """Parse a TOML file, turning anything that keeps it from being read into ``error``: a missing
+    or unreadable file, bytes that are not UTF-8, a syntax error, nesting deeper than MAX_DEPTH."""
+    text = decode_utf8(read_bytes(path, error), path, error)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise error(f"{path}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise error(f"{path}: nested too deeply: arrays or tables at most {MAX_DEPTH} levels deep") from None
+    except ValueError as e:  # an integer longer than Python converts (4300 digits)
+        raise error(f"{path}: not valid TOML: a number too long to read ({first_line(e)[:80]})") from None
+    if _depth(data) > MAX_DEPTH:
+        raise error(f"{path}: nested too deeply: arrays or tables at most {MAX_DEPTH} levels deep")
+    return data
+
+
+def read_bytes(path: Path, error: type[BadInputError]) -> bytes:
+    """The file's bytes; a missing file, a folder, a bad path or an OS error become ``error``."""
+    if "\0" in str(path):
+        raise error(f"{str(path)!r}: a path cannot contain a NUL character")
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            data = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise error(f"{path}: file not found") from None
     except IsADirectoryError:
         raise error(f"{path}: is a directory, expected a TOML file") from None
-    except tomllib.TOMLDecodeError as e:
-        raise error(f"{path}: not valid TOML: {e}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot be read: {e.strerror or e}") from None
+    if len(data) > MAX_BYTES:
+        raise error(f"{path}: larger than {MAX_BYTES >> 20} MiB; not a profile, model spec or devices file")
+    return data
+
+
+def decode_utf8(data: bytes, path: Path, error: type[BadInputError]) -> str:
+    """UTF-8 text (a leading byte order mark is dropped); other bytes are ``error`` naming the offset."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise error(f"{path}: not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start} (line {line}) "
+                    "is not valid UTF-8; TOML files must be UTF-8") from None
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and tables nest in ``value`` (iteratively: no recursion limit to hit)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth <= MAX_DEPTH:
+            children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def validate(data: dict[str, Any], model: type[M], source: str, error: type[BadInputError],
@@ -71,18 +199,26 @@ def validate(data: dict[str, Any], model: type[M], source: str, error: type[BadI
 
 def check(data: dict[str, Any], model: type[M],
           context: dict[str, Any] | None = None) -> tuple[M | None, list[str]]:
-    """Validate without raising: the model, or None and one line per problem."""
+    """Validate without raising: the model, or None and one line per problem. Strict: a value must
+    have the field's own type (an int for an int, not true or "10")."""
+    # Fields the loader sets (``exclude=True``: where the file was read from) are not keys of the file.
+    internal = [k for k in data if k in model.model_fields and model.model_fields[k].exclude]
+    problems = [f"unknown key {k}; allowed here: {', '.join(fields_at(model, ()))}" for k in internal]
     try:
-        return model.model_validate(data, context=context), []
+        obj = model.model_validate({k: v for k, v in data.items() if k not in internal}, context=context, strict=True)
     except pydantic.ValidationError as e:
-        return None, [format_error(model, err) for err in e.errors(include_url=False)]
+        return None, problems + [format_error(model, err) for err in e.errors(include_url=False)]
+    return (None, problems) if problems else (obj, [])
 
 
 def raise_problems(source: str, problems: list[str], error: type[BadInputError]) -> None:
-    """Raise one ``error`` that lists every problem, headed by the file it came from."""
+    """Raise one ``error`` that lists the problems (the first MAX_PROBLEMS, then how many more),
+    headed by the file they came from."""
     if len(problems) == 1:
         raise error(f"{source}: {problems[0]}")
-    raise error(f"{source}: {len(problems)} problems:\n  " + "\n  ".join(problems))
+    shown = problems[:MAX_PROBLEMS]
+    more = [f"... and {len(problems) - len(shown)} more"] if len(problems) > len(shown) else []
+    raise error(f"{source}: {len(problems)} problems:\n  " + "\n  ".join(shown + more))
 
 
 def load_toml(path: Path, model: type[M], error: type[BadInputError],
@@ -102,13 +238,35 @@ def format_error(model: type[BaseModel], err: dict[str, Any]) -> str:
                 f"allowed here: {', '.join(allowed) or 'none'}")
     if kind == "missing":
         return f"missing required key {key}"
-    value = _short(err.get("input"))
     msg = str(err["msg"]).removeprefix("Value error, ")
+    given = err.get("input")
+    if kind == "finite_number" or (isinstance(given, float) and not math.isfinite(given)):
+        msg = NOT_FINITE
+    elif kind in EXPECTED_TYPE:
+        msg = f"expected {EXPECTED_TYPE[kind]}, not {toml_type(given)}"
     if kind == "literal_error":
         allowed = literal_values(model, loc)
         if allowed:
-            msg = f"not allowed; {one_of(allowed)}{did_you_mean(str(err.get('input')), allowed)}"
-    return f"{key} = {value}: {msg}"
+            msg = f"not allowed; {one_of(allowed)}{did_you_mean(str(given), allowed)}"
+    if not loc:  # a check of the whole document: its input is the document, not worth repeating
+        return msg
+    if isinstance(given, dict):  # a whole table: name it, do not print it
+        return f"{key}: {msg}"
+    return f"{key} = {_short(given)}: {msg}"
+
+
+EXPECTED_TYPE = {"int_type": "an integer", "int_from_float": "an integer", "float_type": "a number",
+                 "bool_type": "true or false", "string_type": "a string", "list_type": "an array",
+                 "dict_type": "a table", "model_type": "a table", "model_attributes_type": "a table"}
+
+
+def toml_type(value: Any) -> str:
+    """What a TOML value is, in TOML's words: ``a string``, ``an integer``, ``a table``, ..."""
+    for kind, name in ((bool, "true/false"), (int, "an integer"), (float, "a float"),
+                       (str, "a string"), (list, "an array"), (dict, "a table")):
+        if isinstance(value, kind):
+            return name if kind is not bool else str(value).lower()
+    return type(value).__name__
 
 
 def render_loc(loc: tuple[Any, ...]) -> str:
@@ -123,7 +281,13 @@ def render_loc(loc: tuple[Any, ...]) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value) if not isinstance(value, str) else f'"{value}"'
+    """A value as TOML would write it, cut to 80 characters."""
+    if isinstance(value, bool):
+        text = str(value).lower()
+    elif isinstance(value, str):
+        text = f'"{value}"' if value.isprintable() else repr(value)
+    else:
+        text = reprlib.repr(value) if isinstance(value, (list, dict)) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -171,7 +335,7 @@ def fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     for annotation in _annotation_at(model, loc):
         for inner in _inner_types(annotation):
             if isinstance(inner, type) and issubclass(inner, BaseModel):
-                names.extend(n for n in inner.model_fields if n not in names)
+                names.extend(n for n, f in inner.model_fields.items() if n not in names and not f.exclude)
     return names
 
 

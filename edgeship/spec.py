@@ -5,15 +5,27 @@ A spec is a ``model.toml`` (paths relative to its folder) or ``module:callable``
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, PositiveFloat, PositiveInt, StrictInt, field_validator
 
-from edgeship.config import ENTRY_PATTERN, StrictModel, data_source, existing_path, read_toml, validate
+from edgeship.config import (
+    ENTRY_PATTERN,
+    PathField,
+    StrictModel,
+    data_source,
+    existing_file,
+    finite,
+    read_toml,
+    text_file,
+    validate,
+)
 from edgeship.errors import ModelSpecError
 
 DType = Literal["float32", "float16", "int64", "int32", "uint8", "bool"]
+MAX_ELEMENTS = 2**31 - 1  # elements in one input: what runtimes index with 32-bit integers
 
 
 class InputSpec(StrictModel):
@@ -29,6 +41,10 @@ class InputSpec(StrictModel):
     def _positive(cls, shape: list[int]) -> list[int]:
         if any(d < 1 for d in shape):
             raise ValueError("every dimension must be a positive integer")
+        elements = math.prod(shape)
+        if elements > MAX_ELEMENTS:
+            count = f"{elements:.3g}" if elements < 10**300 else f"about 1e{len(str(elements)) - 1}"
+            raise ValueError(f"{count} elements; an input has at most {MAX_ELEMENTS:,} (2**31 - 1) elements")
         return shape
 
 
@@ -44,11 +60,12 @@ class DataSpec(StrictModel):
 class PreprocessSpec(StrictModel):
     """How images from an image folder become model inputs."""
 
-    resize: list[int] | None = Field(None, min_length=2, max_length=2, description="Resize to [height, width] first.")
-    crop: list[int] | None = Field(
+    resize: list[PositiveInt] | None = Field(
+        None, min_length=2, max_length=2, description="Resize to [height, width] first.")
+    crop: list[PositiveInt] | None = Field(
         None, min_length=2, max_length=2, description="Center crop to [height, width] after resizing.")
     mean: list[float] | None = Field(None, description="Per-channel mean subtracted after scaling to [0, 1].")
-    std: list[float] | None = Field(None, description="Per-channel standard deviation divided by.")
+    std: list[PositiveFloat] | None = Field(None, description="Per-channel standard deviation divided by (> 0).")
     layout: Literal["NCHW", "NHWC"] = Field("NCHW", description="Memory layout the model expects.")
     color: Literal["RGB", "L"] = Field("RGB", description="RGB (3 channels) or L (grayscale, 1 channel).")
 
@@ -59,34 +76,54 @@ class ModelSpec(StrictModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Model name; used in output paths.")
     entry: str = Field(pattern=ENTRY_PATTERN, description="module:callable returning an nn.Module.")
     entry_kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the entry callable.")
-    weights: Path | None = Field(None, description="state_dict checkpoint, loaded with weights_only=True.")
+    weights: PathField | None = Field(None, description="state_dict checkpoint, loaded with weights_only=True.")
+    seed: StrictInt = Field(
+        0, ge=0, lt=2**32, description="torch, numpy and random are seeded with it before the entry is called, so "
+                                       "a model without weights gets the same random weights in every process.")
     inputs: list[InputSpec] = Field(min_length=1, description="The model's inputs, in call order.")
-    labels: Path | None = Field(None, description="Class names, one a line.")
+    labels: PathField | None = Field(None, description="Class names, one a line.")
     data: DataSpec = Field(default_factory=DataSpec, description="Calibration and evaluation data.")
     preprocess: PreprocessSpec = Field(default_factory=PreprocessSpec, description="Image preprocessing.")
-    base_dir: Path = Field(
+    base_dir: PathField = Field(
         default_factory=Path.cwd, exclude=True, description="Folder the entry module is imported from.")
     source: str = Field("", exclude=True, description="Where the spec came from, for messages.")
 
-    _exists = field_validator("weights", "labels")(existing_path)
+    _exists = field_validator("weights")(existing_file)
+    _text = field_validator("labels")(text_file)
+    _finite = field_validator("entry_kwargs")(finite)
 
     def label_names(self) -> list[str] | None:
-        """Class names from the labels file, or None."""
+        """Class names from the labels file, or None (ModelSpecError when it cannot be read as text)."""
         if self.labels is None:
             return None
-        return [line.strip() for line in self.labels.read_text().splitlines() if line.strip()]
+        try:
+            text = self.labels.read_bytes().decode("utf-8-sig")
+        except OSError as e:
+            raise ModelSpecError(f"{self.source or 'model spec'}: labels {self.labels}: cannot be read: "
+                                 f"{e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise ModelSpecError(f"{self.source or 'model spec'}: labels {self.labels}: not UTF-8 text "
+                                 f"(byte offset {e.start})") from None
+        return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def parse_input_shape(text: str) -> list[int]:
-    """``"1,3,224,224"`` -> ``[1, 3, 224, 224]`` (ModelSpecError on anything else)."""
-    try:
-        shape = [int(p) for p in text.replace("x", ",").split(",") if p.strip()]
-    except ValueError:
-        shape = []
-    if not shape or any(d < 1 for d in shape):
-        raise ModelSpecError(f"--input-shape {text!r}: expected positive integers separated by commas, "
-                             "e.g. 1,3,224,224")
-    return shape
+    """``"1,3,224,224"`` (or ``1x3x224x224``) -> ``[1, 3, 224, 224]``; ModelSpecError naming the
+    first element that is not a positive integer."""
+    parts = [p.strip() for p in text.split("," if "," in text else "x")]
+    for i, part in enumerate(parts):
+        digits = part.isascii() and part.isdigit()
+        if digits and len(part) <= 18 and int(part) > 0:
+            continue
+        what = ("is empty" if not part else f"({_cut(part)}) is too large" if digits and len(part) > 18
+                else f"({_cut(part)!r}) is not a positive integer")
+        raise ModelSpecError(f"--input-shape {_cut(text)!r}: element {i + 1} {what}; expected positive integers "
+                             "separated by commas, e.g. 1,3,224,224")
+    return [int(p) for p in parts]
+
+
+def _cut(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def load_spec(spec: str | Path, input_shape: str | None = None) -> ModelSpec:

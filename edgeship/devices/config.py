@@ -19,7 +19,15 @@ from typing import Any, Literal
 import pydantic
 from pydantic import Field, field_validator
 
-from edgeship.config import StrictModel, existing_path, format_error, raise_problems, read_toml, render_loc
+from edgeship.config import (
+    PathField,
+    StrictModel,
+    existing_file,
+    format_error,
+    raise_problems,
+    read_toml,
+    render_loc,
+)
 from edgeship.devices.base import Device
 from edgeship.errors import DeviceError, did_you_mean, one_of
 
@@ -57,7 +65,13 @@ class LocalConfig(StrictModel):
 
 
 def _local_file(value: Path | None, info: pydantic.ValidationInfo) -> Path | None:
-    return existing_path(value.expanduser(), info) if value is not None else None
+    if value is None:
+        return None
+    try:
+        expanded = value.expanduser()
+    except RuntimeError:  # ~user with no such user, or no home folder at all
+        raise ValueError("cannot expand ~ here: no such user or no home folder; give the full path") from None
+    return existing_file(expanded, info)
 
 
 class SshConfig(RemoteSettings):
@@ -67,8 +81,8 @@ class SshConfig(RemoteSettings):
     host: str = Field(min_length=1, description="Host name or address.")
     port: int = Field(22, ge=1, le=65535, description="sshd's port.")
     user: str | None = Field(None, description="Login name; unset: the ssh client's default.")
-    identity: Path | None = Field(None, description="Private key file; unset: the ssh agent or ssh config.")
-    known_hosts: Path | None = Field(
+    identity: PathField | None = Field(None, description="Private key file; unset: the ssh agent or ssh config.")
+    known_hosts: PathField | None = Field(
         None, description="known_hosts file holding the device's host key; unset: ssh's default. "
                           "Host keys are always checked.")
     python: str = Field(
@@ -164,8 +178,8 @@ def load_devices(path: Path | str) -> DeviceSet:
 
 def _entry(name: str, entry: Any, base_dir: Path) -> tuple[Any, list[str]]:
     """One [devices.NAME] table validated against its transport's model; problems name its keys."""
-    where = f"devices.{name}"
-    if not re.match(NAME_PATTERN, name):
+    where = f"devices.{name}" if name.isprintable() else f"devices.{name!r}"
+    if not re.fullmatch(NAME_PATTERN, name):
         return None, [f"{where}: a device name is letters, digits, '.', '_' and '-'"]
     if not isinstance(entry, dict):
         return None, [f"{where}: must be a table, not {type(entry).__name__}"]
@@ -177,7 +191,7 @@ def _entry(name: str, entry: Any, base_dir: Path) -> tuple[Any, list[str]]:
                       f"{did_you_mean(transport, CONFIGS)}"]
     model = CONFIGS[transport]
     try:
-        return model.model_validate(entry, context={"base_dir": base_dir}), []
+        return model.model_validate(entry, context={"base_dir": base_dir}, strict=True), []
     except pydantic.ValidationError as e:
         return None, [_prefixed(model, err, where) for err in e.errors(include_url=False)]
 

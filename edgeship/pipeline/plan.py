@@ -5,9 +5,12 @@ model is imported or anything is lowered.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgeship.cache import ROOT_ENV, default_cache
+from edgeship.config import usable_folder
 from edgeship.devices import Device, LocalDevice
 from edgeship.errors import DeviceError, did_you_mean
 from edgeship.profile import Profile, load_profile
@@ -54,10 +57,13 @@ class Plan:
 
 
 def make_plan(request: BuildRequest) -> Plan:
-    """Read and validate the profile, the model spec and the devices (ProfileError etc., exit 2)."""
+    """Read and validate the profile, the model spec, the output and cache folders and the devices
+    (ProfileError, ModelSpecError, OutputError, ... exit 2)."""
     profile = load_profile(request.target)
     spec = load_spec(request.model or demo_spec_path(), request.input_shape)
     out_dir = Path(request.out) if request.out else Path("artifacts") / profile.name / spec.name
+    usable_folder(out_dir, "--out" if request.out else "output folder")
+    usable_folder(default_cache().root, f"cache folder (${ROOT_ENV})" if os.environ.get(ROOT_ENV) else "cache folder")
     return Plan(request, profile, spec, out_dir, resolve_devices(request, profile.devices),
                 ResultsStore(request.db))
 

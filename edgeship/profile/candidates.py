@@ -14,6 +14,7 @@ variant carries everything its quantizer needs.
 """
 from __future__ import annotations
 
+import collections
 import itertools
 
 from edgeship.config import raise_problems
@@ -33,8 +34,7 @@ def expand_candidates(profile: Profile, source: str) -> None:
                 v.quantization = q.model_copy(update={"samples": q.samples or profile.calibration.samples,
                                                       "seed": profile.calibration.seed if q.seed is None else q.seed})
             expanded.append(v)
-    names = [v.name for v in expanded]
-    clashes = sorted({n for n in names if names.count(n) > 1})
+    clashes = sorted(n for n, count in collections.Counter(v.name for v in expanded).items() if count > 1)
     if clashes:
         raise_problems(source, [f"variant name {n!r} is used twice after expanding candidates; rename the "
                                 "variant or its candidate" for n in clashes], ProfileError)

@@ -6,12 +6,11 @@ a whole profile; these models only hold it.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from edgeship.config import StrictModel, data_source, existing_path
+from edgeship.config import PathField, StrictModel, data_source, text_file
 from edgeship.errors import did_you_mean, one_of
 from edgeship.lowering.registry import SPECS
 from edgeship.quantize.settings import CalibrationSettings, Candidates, QuantizationSettings, SelectionSettings
@@ -116,11 +115,12 @@ class BundleSettings(StrictModel):
                                "with a warning).")
     fastest_on: str | None = Field(
         None, description="Device whose p50 picks the fastest variant; unset: the first device measured.")
-    labels: Path | None = Field(None, description="Class names, one a line, instead of the model spec's labels.")
+    labels: PathField | None = Field(
+        None, description="Class names, one a line, instead of the model spec's labels.")
     output: str | None = Field(None, description="What the model's output means, written to model.json; unset: "
                                                  "class scores when the labels match the output's size.")
 
-    _exists = field_validator("labels")(existing_path)
+    _exists = field_validator("labels")(text_file)
 
 
 class Profile(StrictModel):
@@ -142,15 +142,17 @@ class Profile(StrictModel):
         default_factory=list, description="Devices (names in the --devices file) to measure on when no --device is "
                                           "given; unset: this machine.")
     bundle: BundleSettings | None = Field(None, description="App bundles to write at the end of a build; unset: none.")
-    path: Path | None = Field(None, exclude=True, description="Where the profile was read from (set by the loader).")
+    path: PathField | None = Field(
+        None, exclude=True, description="Where the profile was read from (set by the loader).")
 
     @model_validator(mode="after")
     def _unique_variant_names(self) -> Profile:
-        seen: set[str] = set()
-        for v in self.variants:
+        seen: dict[str, int] = {}
+        for i, v in enumerate(self.variants):
             if v.name in seen:
-                raise ValueError(f"variant name {v.name!r} is used twice; names must be unique")
-            seen.add(v.name)
+                raise ValueError(f'variants[{seen[v.name]}] and variants[{i}] are both named "{v.name}"; '
+                                 "variant names must be unique")
+            seen[v.name] = i
         return self
 
     def gates_for(self, variant: Variant) -> Gates:

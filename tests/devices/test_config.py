@@ -85,3 +85,29 @@ def test_plan_uses_the_profiles_devices_when_no_device_is_named(tmp_path) -> Non
     assert [d.name for d in resolve_devices(request, ["orin", "host"])] == ["orin", "host"]
     request.device_names = ["host"]
     assert [d.name for d in resolve_devices(request, ["orin"])] == ["host"]
+
+
+@pytest.mark.parametrize(("line", "match"), [
+    ("connect_timeout_s = nan", r"devices.orin.connect_timeout_s = nan: not a finite number; finite numbers only"),
+    ("backoff_s = inf", r"devices.orin.backoff_s = inf: not a finite number"),
+    ("lock_timeout_s = 1e400", r"devices.orin.lock_timeout_s = inf: not a finite number"),
+    ('port = "22"', r'devices.orin.port = "22": expected an integer, not a string'),
+    ("multiplex = 1", r"devices.orin.multiplex = 1: expected true or false, not an integer"),
+    ('known_hosts = "~no-such-user-here/known_hosts"', r"cannot expand ~ here: no such user"),
+    ('known_hosts = "."', r'devices.orin.known_hosts = ".": not a file'),
+])
+def test_devices_bad_value_is_refused_naming_the_device_and_key(tmp_path, line: str, match: str) -> None:
+    path = devices_file(tmp_path, f'[devices.orin]\ntransport = "ssh"\nhost = "orin.local"\n{line}\n')
+    with pytest.raises(DeviceError, match=match):
+        load_devices(path)
+
+
+@pytest.mark.parametrize(("content", "match"), [
+    (b'[devices.a]\ntransport = "local"\npython = "py\xff"\n', r"not UTF-8 text: byte 0xff at offset 44 \(line 3\)"),
+    (b"a = " + b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    (b'[devices."a\\n"]\ntransport = "local"\n', r"devices.'a\\n': a device name is letters"),
+])
+def test_devices_unreadable_file_is_a_device_error_naming_it(tmp_path, content: bytes, match: str) -> None:
+    (tmp_path / "devices.toml").write_bytes(content)
+    with pytest.raises(DeviceError, match=rf"devices.toml: {match}"):
+        load_devices(tmp_path / "devices.toml")
