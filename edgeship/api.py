@@ -9,7 +9,8 @@ from edgeship.pipeline.run import build as _run_build
 from edgeship.results import Results
 
 if TYPE_CHECKING:
-    from edgeship.bundle import Bundle, BundleCheck
+    from edgeship.bundle import Bundle, BundleCheck, Signed
+    from edgeship.cache import CacheSummary
     from edgeship.devices.base import DeviceReport
     from edgeship.devices.config import DeviceSet
     from edgeship.reports import WrittenReport
@@ -35,22 +36,21 @@ def build(target: str, model: str | None = None, *, input_shape: str | None = No
 
 
 def cache_info() -> tuple[Path, int, int]:
-    """The stage cache's folder, its number of entries and its size in bytes."""
+    """The stage cache's folder, its number of entries and their size in bytes (OutputError, exit 2,
+    when the folder is not an edgeship cache)."""
     from edgeship.cache import default_cache
 
-    root = default_cache().root
-    entries = [p for p in root.glob("*/*") if p.is_dir()] if root.is_dir() else []
-    size = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
-    return root, len(entries), size
+    summary = default_cache().info()
+    return summary.root, summary.entries, summary.bytes
 
 
-def cache_clear() -> None:
-    """Delete the stage cache (every build then starts cold)."""
-    import shutil
-
+def cache_clear() -> CacheSummary:
+    """Delete the stage cache's entries (every build then starts cold): only what edgeship wrote
+    there; anything else is kept and listed. OutputError (exit 2) for a folder that is not an
+    edgeship cache, which is left as it is."""
     from edgeship.cache import default_cache
 
-    shutil.rmtree(default_cache().root, ignore_errors=True)
+    return default_cache().clear()
 
 
 def devices(devices_file: str | Path | None = None) -> DeviceSet:
@@ -99,15 +99,43 @@ def bundle(target: str, model: str | None = None, *, input_shape: str | None = N
     return make_bundles(bundle_inputs(target, model, input_shape, out, platforms, variants))
 
 
-def verify_bundle(path: str | Path) -> BundleCheck:
-    """Check a bundle zip against its manifest (BundleError, exit 2, naming the file that differs)."""
+def verify_bundle(path: str | Path, *, public_key: str | Path | None = None,
+                  signature: str | Path | None = None) -> BundleCheck:
+    """Check a bundle zip against its manifest (BundleError, exit 2, naming the file that differs).
+
+    With ``public_key`` (PEM or OpenSSH Ed25519), the detached signature (``signature``, default
+    ``<bundle>.sig``) is checked too: missing, bad or made by another key is a BundleError. Without
+    it, the check is integrity only (``BundleCheck.authenticity`` says so).
+    """
     from edgeship.bundle import verify_bundle as _verify
 
-    return _verify(Path(path))
+    return _verify(Path(path), public_key=_path(public_key), signature=_path(signature))
 
 
-def extract_bundle(path: str | Path, dest: str | Path) -> BundleCheck:
-    """Check a bundle, then extract it; entries whose paths leave ``dest`` are refused (BundleError)."""
+def extract_bundle(path: str | Path, dest: str | Path, *, public_key: str | Path | None = None,
+                   signature: str | Path | None = None) -> BundleCheck:
+    """Check a bundle (and its signature with ``public_key``), then extract it; entries whose paths
+    leave ``dest``, limits exceeded or existing files that would change are refused (BundleError)."""
     from edgeship.bundle import extract_bundle as _extract
 
-    return _extract(Path(path), Path(dest))
+    return _extract(Path(path), Path(dest), public_key=_path(public_key), signature=_path(signature))
+
+
+def sign_bundle(path: str | Path, key: str | Path, *, signature: str | Path | None = None) -> Signed:
+    """Check a bundle, then sign its manifest with an Ed25519 private key (PEM or OpenSSH) into a
+    detached signature file (``signature``, default ``<bundle>.sig``); returns its path and key id."""
+    from edgeship.bundle import sign_bundle as _sign
+
+    return _sign(Path(path), Path(key), signature=_path(signature))
+
+
+def bundle_keygen(out: str | Path) -> tuple[Path, Path, str]:
+    """A new Ed25519 signing key: ``out`` (private, PEM, mode 0600) and ``out.pub`` (public, PEM), and
+    its key id. Refuses (OutputError) to overwrite either file."""
+    from edgeship.bundle import generate_keypair
+
+    return generate_keypair(Path(out))
+
+
+def _path(value: str | Path | None) -> Path | None:
+    return Path(value) if value is not None else None

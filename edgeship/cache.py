@@ -4,22 +4,50 @@ A key is the sha256 of its parts (any JSON-serializable values: content hashes, 
 settings), so equal inputs find the same entry and any change misses. ``compute`` fills a fresh
 temporary folder; the folder becomes the entry in one rename, so a reader sees a whole entry or
 none, and two builds racing on one key both end with a complete entry (the first to finish wins).
+
+Trust is checked, not assumed: an entry's ``key.json`` lists the sha256 of every file in it, and
+every hit is read back against that list. A damaged entry (a truncated file, one missing or added)
+is discarded and computed again, with a line in ``Cache.notices`` saying so.
+
+The root holds a marker file (``.edgeship-cache``), written when edgeship creates the folder. Only
+what edgeship wrote is ever deleted: key-named entries in namespace folders and its own temporary
+folders. A folder without the marker that holds anything else is not a cache edgeship will write
+into or clear (OutputError); an empty one, or one holding only such entries, is adopted.
+
+Temporary folders are named ``.<key12>.<host>.<pid>.<random>.tmp``. One left by a killed build is
+removed by the next (``sweep``) once its process is gone: the pid is checked on this host, since an
+age threshold would either delete a slow live build's folder or keep junk for long; a folder from
+another host (a cache shared over the network) is removed only when a day old.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
+import secrets
 import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from edgeship.errors import OutputError
+from edgeship.fsutil import no_space_is_output_error, pid_alive
 
 DEFAULT_ROOT = Path("artifacts") / ".cache"
 ROOT_ENV = "EDGESHIP_CACHE_DIR"  # overrides DEFAULT_ROOT
 KEY_FILE = "key.json"
+MARKER = ".edgeship-cache"
+KEY_NAME = re.compile(r"^[0-9a-f]{64}$")
+HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:32] or "host"
+TEMP_NAME = re.compile(r"^\.[0-9a-f]{12}\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>\d+)\.[A-Za-z0-9_]+\.tmp$")
+OLD_TEMP_NAME = re.compile(r"^\.[0-9a-f]{12}\.[A-Za-z0-9_]{8}\.tmp$")  # before pids were in the name
+FOREIGN_TEMP_AGE_S = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -31,6 +59,16 @@ class CacheEntry:
     hit: bool
 
 
+@dataclass
+class CacheSummary:
+    """What ``info`` and ``clear`` report: entries and bytes, and what was left alone and why."""
+
+    root: Path
+    entries: int = 0
+    bytes: int = 0
+    kept: list[str] = field(default_factory=list)
+
+
 def cache_key(parts: Any) -> str:
     """The sha256 of ``parts`` rendered as canonical JSON (sorted keys, no whitespace)."""
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
@@ -38,30 +76,58 @@ def cache_key(parts: Any) -> str:
 
 
 class Cache:
-    """Entries in ``root/<namespace>/<key>/``; ``get_or_compute`` is the only way in."""
+    """Entries in ``root/<namespace>/<key>/``; ``get_or_compute`` is the way in, ``get`` looks only."""
 
     def __init__(self, root: Path = DEFAULT_ROOT) -> None:
         self.root = Path(root)
+        self.notices: list[str] = []  # damaged entries discarded, for the build to print
 
     def entry_path(self, namespace: str, key: str) -> Path:
         return self.root / namespace / key
 
-    def get_or_compute(self, namespace: str, key_parts: Any,
-                       compute: Callable[[Path], None]) -> CacheEntry:
-        """The entry for ``key_parts``; on a miss, ``compute(folder)`` writes it into an empty folder."""
+    def get(self, namespace: str, key_parts: Any, redo: str = "computing it again") -> CacheEntry | None:
+        """The entry for ``key_parts`` when it is there and whole; a damaged one is discarded (None)."""
         key = cache_key(key_parts)
         dest = self.entry_path(namespace, key)
-        if (dest / KEY_FILE).is_file():
+        if not (dest / KEY_FILE).is_file():
+            return None
+        problem = entry_damage(dest)
+        if problem is None:
             return CacheEntry(dest, key, hit=True)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}.", suffix=".tmp", dir=dest.parent))
+        self.discard(dest)
+        self.notices.append(f"stage cache entry {namespace}/{key} is damaged ({problem}); discarded, {redo}")
+        return None
+
+    def get_or_compute(self, namespace: str, key_parts: Any, compute: Callable[[Path], None],
+                       redo: str = "computing it again") -> CacheEntry:
+        """The entry for ``key_parts``; on a miss, ``compute(folder)`` writes it into an empty folder."""
+        found = self.get(namespace, key_parts, redo)
+        if found is not None:
+            return found
+        key = cache_key(key_parts)
+        dest = self.entry_path(namespace, key)
+        self.prepare()
+        with no_space_is_output_error(dest):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}.{HOST}.{os.getpid()}.", suffix=".tmp", dir=dest.parent))
         try:
-            compute(tmp)
-            # Written last: an entry counts only once its key file is there.
-            (tmp / KEY_FILE).write_text(json.dumps(key_parts, sort_keys=True, indent=1, default=str))
+            with no_space_is_output_error(dest):
+                compute(tmp)
+                # Written last: an entry counts only once its key file (with its files' sha256) is there.
+                listing = {"key": key_parts, "files": file_hashes(tmp)}
+                (tmp / KEY_FILE).write_text(json.dumps(listing, sort_keys=True, indent=1, default=str))
             return CacheEntry(self._publish(tmp, dest), key, hit=False)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def discard(self, dest: Path) -> None:
+        """Take a (damaged) entry away: renamed out of its key first, so no reader finds half of it."""
+        gone = dest.parent / f".{dest.name[:12]}.{HOST}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            os.rename(dest, gone)
+        except OSError:
+            gone = dest
+        shutil.rmtree(gone, ignore_errors=True)
 
     @staticmethod
     def _publish(tmp: Path, dest: Path) -> Path:
@@ -75,7 +141,151 @@ class Cache:
                 raise
         return dest
 
+    # The root: whose it is, what is in it, clearing and sweeping.
+
+    def foreign(self) -> list[str]:
+        """Names under the root that edgeship did not write (empty when the root carries the marker)."""
+        if not self.root.is_dir() or (self.root / MARKER).is_file():
+            return []
+        out = []
+        for item in sorted(self.root.iterdir()):
+            if not item.is_dir() or item.is_symlink():
+                out.append(item.name)
+            else:
+                out += [f"{item.name}/{c.name}" for c in sorted(item.iterdir()) if not _ours(c)]
+        return out
+
+    def prepare(self) -> None:
+        """Make sure the root is an edgeship cache before writing: create it with its marker, adopt an
+        empty folder or one holding only edgeship entries, refuse any other (OutputError)."""
+        if (self.root / MARKER).is_file():
+            return
+        self.check_ours()
+        with no_space_is_output_error(self.root / MARKER):
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / MARKER).write_text("edgeship stage cache: `edgeship cache clear` empties it\n")
+
+    def check_ours(self) -> None:
+        """OutputError naming the root when it holds files edgeship did not write and has no marker."""
+        strangers = self.foreign()
+        if strangers:
+            shown = ", ".join(strangers[:5]) + (f" and {len(strangers) - 5} more" if len(strangers) > 5 else "")
+            raise OutputError(f"cache folder {self.root}: not an edgeship cache (no {MARKER} file, and it holds "
+                              f"files edgeship did not write: {shown}); edgeship neither writes into nor clears "
+                              f"it. Point ${ROOT_ENV} at an empty or new folder")
+
+    def info(self) -> CacheSummary:
+        """Entries and bytes under the root (OutputError when it is not an edgeship cache)."""
+        summary = CacheSummary(self.root)
+        if not self.root.is_dir():
+            return summary
+        self.check_ours()
+        for _, entry in self._entries():
+            summary.entries += 1
+            summary.bytes += _size(entry)
+        return summary
+
+    def clear(self) -> CacheSummary:
+        """Delete every entry and every leftover temporary folder; keep anything else, and say so.
+        The root goes too when nothing else is left in it."""
+        summary = CacheSummary(self.root)
+        if not self.root.is_dir():
+            return summary
+        self.check_ours()
+        for namespace in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.is_symlink()):
+            for item in sorted(namespace.iterdir()):
+                if KEY_NAME.match(item.name) and item.is_dir() and not item.is_symlink():
+                    summary.entries += 1
+                    summary.bytes += _size(item)
+                    shutil.rmtree(item, ignore_errors=True)
+                elif _ours(item) and _orphaned(item):
+                    shutil.rmtree(item, ignore_errors=True)
+                else:
+                    why = "in use by a running build" if _ours(item) else "not written by edgeship"
+                    summary.kept.append(f"{namespace.name}/{item.name} ({why})")
+            with contextlib.suppress(OSError):
+                namespace.rmdir()  # only when empty
+        summary.kept += [f"{p.name} (not written by edgeship)" for p in sorted(self.root.iterdir())
+                         if p.name != MARKER and (not p.is_dir() or p.is_symlink())]
+        if not summary.kept:
+            with contextlib.suppress(OSError):
+                (self.root / MARKER).unlink(missing_ok=True)
+                self.root.rmdir()
+        return summary
+
+    def sweep(self) -> int:
+        """Remove temporary folders left by killed builds (their process is gone); how many."""
+        if not self.root.is_dir() or self.foreign():
+            return 0
+        removed = 0
+        for namespace in (p for p in self.root.iterdir() if p.is_dir() and not p.is_symlink()):
+            for item in namespace.iterdir():
+                if not KEY_NAME.match(item.name) and _ours(item) and _orphaned(item):
+                    shutil.rmtree(item, ignore_errors=True)
+                    removed += 1
+        return removed
+
+    def _entries(self) -> list[tuple[str, Path]]:
+        return [(ns.name, e) for ns in sorted(self.root.iterdir()) if ns.is_dir() and not ns.is_symlink()
+                for e in sorted(ns.iterdir()) if KEY_NAME.match(e.name) and e.is_dir()]
+
+
+def entry_damage(entry: Path) -> str | None:
+    """What is wrong with an entry against the sha256 list in its key file, or None when it is whole."""
+    try:
+        listed = json.loads((entry / KEY_FILE).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{KEY_FILE} is unreadable or lists no files"
+    present = file_hashes(entry)
+    for name, sha in sorted(listed.items()):
+        if name not in present:
+            return f"{name} is missing"
+        if present[name] != sha:
+            return f"{name}: sha256 differs from the one stored with it"
+    extra = sorted(set(present) - set(listed))
+    return f"{extra[0]} was not part of it" if extra else None
+
+
+def file_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of every file under ``folder`` (key file excluded), by path relative to it."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_file() and rel != KEY_FILE:
+            h = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+            out[rel] = h.hexdigest()
+    return out
+
+
+def _ours(item: Path) -> bool:
+    """A key-named entry or one of edgeship's temporary folders."""
+    return item.is_dir() and not item.is_symlink() and bool(
+        KEY_NAME.match(item.name) or TEMP_NAME.match(item.name) or OLD_TEMP_NAME.match(item.name))
+
+
+def _orphaned(item: Path) -> bool:
+    """A temporary folder whose writer is gone: its pid dead on this host; else older than a day."""
+    match = TEMP_NAME.match(item.name)
+    if match and match["host"] == HOST:
+        return not pid_alive(int(match["pid"]))
+    try:
+        return time.time() - item.stat().st_mtime > FOREIGN_TEMP_AGE_S
+    except OSError:
+        return False
+
+
+def _size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
 
 def default_cache() -> Cache:
-    """The build's cache: ``$EDGESHIP_CACHE_DIR``, else ``artifacts/.cache`` under the working folder."""
-    return Cache(Path(os.environ.get(ROOT_ENV) or DEFAULT_ROOT))
+    """The build's cache: ``$EDGESHIP_CACHE_DIR``, else ``artifacts/.cache`` under the working folder
+    (OutputError, exit 2, when that path is a file or lies under one)."""
+    from edgeship.config import usable_folder
+
+    root = Path(os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+    usable_folder(root, f"cache folder (${ROOT_ENV})" if os.environ.get(ROOT_ENV) else "cache folder", writable=False)
+    return Cache(root)

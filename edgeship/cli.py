@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 import traceback
 import warnings
@@ -42,8 +43,19 @@ def parser() -> argparse.ArgumentParser:
     add_bundle_parser(sub)
     k = sub.add_parser("cache", help="the stage cache under artifacts/.cache (or $EDGESHIP_CACHE_DIR)")
     k.add_argument("cache_command", choices=["clear", "info"],
-                   help="clear: delete every entry; info: where and how big")
+                   help="clear: delete every entry (only what edgeship wrote there); info: where and how big")
     return p
+
+
+def finite_float(text: str) -> float:
+    """An argparse type: a finite number (nan and inf are refused, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; finite numbers only")
+    return value
 
 
 def add_report_parser(sub: argparse._SubParsersAction) -> None:
@@ -55,9 +67,9 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--out", help="output folder (default: the results file's folder, or artifacts/report)")
     r.add_argument("--model", help="only this model's rows from the store")
     r.add_argument("--target", help="only this target's rows from the store")
-    r.add_argument("--threshold", type=float, default=10.0,
+    r.add_argument("--threshold", type=finite_float, default=10.0,
                    help="p50 slower than the previous build by more than this %% is a regression (default 10)")
-    r.add_argument("--top1-tolerance", type=float, default=0.0,
+    r.add_argument("--top1-tolerance", type=finite_float, default=0.0,
                    help="top-1 lower by more than this many points is a regression (default 0)")
     r.add_argument("--fail-on-regression", action="store_true",
                    help="exit 3 when a regression is found (reports are still written)")
@@ -66,10 +78,19 @@ def add_report_parser(sub: argparse._SubParsersAction) -> None:
 def add_bundle_parser(sub: argparse._SubParsersAction) -> None:
     u = sub.add_parser("bundle", help="app bundles of a finished build, or check one: edgeship bundle verify FILE.zip",
                        usage="edgeship bundle --target T [--model SPEC] [--platform P ...] [--variants SEL]\n"
-                             "       edgeship bundle verify FILE.zip [--extract DIR]")
-    u.add_argument("action", nargs="?", choices=["verify"], help="verify: check FILE.zip against its manifest")
-    u.add_argument("file", nargs="?", metavar="FILE.zip", help="the bundle to verify")
+                             "       edgeship bundle verify FILE.zip [--public-key PUB] [--signature SIG] "
+                             "[--extract DIR]\n"
+                             "       edgeship bundle sign FILE.zip --key KEY [--signature SIG]\n"
+                             "       edgeship bundle keygen KEY")
+    u.add_argument("action", nargs="?", choices=list(BUNDLE_ACTION_OPTIONS)[1:],
+                   help="verify: check FILE.zip against its manifest (and signature, with --public-key); "
+                        "sign: write FILE.zip.sig; keygen: write an Ed25519 key pair KEY and KEY.pub")
+    u.add_argument("file", nargs="?", metavar="FILE", help="the bundle to verify or sign; for keygen, the key file")
     u.add_argument("--extract", metavar="DIR", help="with verify: extract the checked bundle into DIR")
+    u.add_argument("--public-key", metavar="PUB",
+                   help="with verify: check the bundle's signature with this Ed25519 public key (PEM or OpenSSH)")
+    u.add_argument("--key", metavar="KEY", help="with sign: the Ed25519 private key (PEM or OpenSSH)")
+    u.add_argument("--signature", metavar="SIG", help="with verify or sign: the signature file (default FILE.zip.sig)")
     u.add_argument("--target", help="profile name or path of the build to bundle")
     u.add_argument("--model", help="model.toml or module:callable of the build (default: the demo model)")
     u.add_argument("--input-shape", help="input shape for a module:callable model")
@@ -77,6 +98,15 @@ def add_bundle_parser(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--platform", action="append", choices=["android", "ios", "jetson"],
                    help="platform to bundle for (repeatable; default: the profile's [bundle] platforms)")
     u.add_argument("--variants", help="passing, fastest, or comma-separated variant names (default: the profile's)")
+
+
+# Which options each form of `edgeship bundle` takes (None: making bundles from a build).
+BUNDLE_ACTION_OPTIONS: dict[str | None, tuple[str, ...]] = {
+    None: ("target", "model", "input_shape", "out", "platform", "variants"),
+    "verify": ("extract", "public_key", "signature"),
+    "sign": ("key", "signature"),
+    "keygen": (),
+}
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -94,11 +124,13 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_cache(args: argparse.Namespace) -> int:
     from edgeship import api
 
-    root, entries, size = api.cache_info()
     if args.cache_command == "clear":
-        api.cache_clear()
-        print(f"cleared {root}: {entries} entries, {size / (1 << 20):.1f} MiB")
+        summary = api.cache_clear()
+        print(f"cleared {summary.root}: {summary.entries} entries, {summary.bytes / (1 << 20):.1f} MiB")
+        for line in summary.kept:
+            print(f"kept {summary.root}/{line}")
     else:
+        root, entries, size = api.cache_info()
         print(f"{root}: {entries} entries, {size / (1 << 20):.1f} MiB")
     return 0
 
@@ -133,14 +165,35 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from edgeship import api
     from edgeship.errors import BundleError
 
+    allowed = BUNDLE_ACTION_OPTIONS[args.action]
+    for option in (o for opts in BUNDLE_ACTION_OPTIONS.values() for o in opts):
+        if getattr(args, option) is not None and option not in allowed:
+            form = f"bundle {args.action}" if args.action else "bundle --target"
+            takes = ", ".join("--" + o.replace("_", "-") for o in allowed) or "no options"
+            raise BundleError(f"edgeship {form}: --{option.replace('_', '-')} does not apply here (it takes: {takes})")
+    if args.action and not args.file:
+        example = {"verify": "verify model-android.zip", "sign": "sign model-android.zip --key signing.pem",
+                   "keygen": "keygen signing.pem"}[args.action]
+        raise BundleError(f"edgeship bundle {args.action}: give the file, e.g. edgeship bundle {example}")
     if args.action == "verify":
-        if not args.file:
-            raise BundleError("edgeship bundle verify: give the bundle file, "
-                              "e.g. edgeship bundle verify model-android.zip")
-        check = api.extract_bundle(args.file, args.extract) if args.extract else api.verify_bundle(args.file)
+        check = (api.extract_bundle(args.file, args.extract, public_key=args.public_key, signature=args.signature)
+                 if args.extract else api.verify_bundle(args.file, public_key=args.public_key,
+                                                        signature=args.signature))
         print(f"ok: {check.path}: {check.platform} bundle, {check.files} files ({check.bytes:,} bytes) "
-              "match manifest.json"
+              f"match manifest.json; {check.authenticity}"
               + (f"; extracted into {args.extract}" if args.extract else ""))
+        return 0
+    if args.action == "sign":
+        if not args.key:
+            raise BundleError("edgeship bundle sign: give --key KEY (an Ed25519 private key; "
+                              "make one with: edgeship bundle keygen KEY)")
+        signed = api.sign_bundle(args.file, args.key, signature=args.signature)
+        print(f"signed {args.file}: wrote {signed.path} (Ed25519, key {signed.key_id})")
+        return 0
+    if args.action == "keygen":
+        private, public, key_id = api.bundle_keygen(args.file)
+        print(f"wrote {private} (private key, mode 0600: keep it secret) and {public} (public key {key_id}: "
+              "give it to whoever verifies)")
         return 0
     if not args.target or args.file:
         raise BundleError("edgeship bundle: give --target (and --model) of a finished build, "

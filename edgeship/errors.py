@@ -6,6 +6,8 @@ validation gate failed, 1 anything else (a bug).
 from __future__ import annotations
 
 import difflib
+import re
+import traceback
 from collections.abc import Iterable
 
 
@@ -88,7 +90,49 @@ def one_of(allowed: Iterable[str]) -> str:
 
 
 def first_line(error: BaseException) -> str:
-    """The first non-empty line of ``str(error)``, or its type name when the message is empty:
-    enough to say in one line of a message or a report what went wrong."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    """The first non-empty line of ``str(error)`` without terminal colour codes, or its type name
+    when the message is empty: enough to say in one line of a message or a report what went wrong."""
+    lines = [line.strip() for line in plain(str(error)).splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal escape sequences (colours, cursor moves) that some converters print."""
+    return ANSI_ESCAPE.sub("", text)
+
+
+# How converters name the operator they cannot take (in the error or the errors chained to it).
+UNSUPPORTED_OP = [
+    r"Exporting the operator '(?P<ns>\w+)::(?P<op>\w+)'",                       # TorchScript ONNX exporter
+    r"No ONNX function found for <OpOverload\(op='(?P<ns>\w+)\.(?P<op>\w+)'",    # dynamo ONNX exporter
+    r"Operator torch\._ops\.(?P<ns>\w+)\.(?P<op>\w+)\.\w+ is not in Core ATen",  # torch.export / ExecuTorch
+    r"Missing out variants: \{'(?P<ns>\w+)::(?P<op>\w+)",                        # ExecuTorch
+    r"convert function for op [`'](?P<op>\w+)[`']",                                 # coremltools
+    r"(?:lowering for Torch|converting) [`'](?P<op>\w+)[`'] op",                      # coremltools
+    r"(?i)(?:unsupported|not supported|not implemented|no \w+ (?:found|registered))[^\n]*?"
+    r"\b(?P<ns>aten|prim|quantized)(?:::|\.)(?P<op>\w+)",
+    r"(?i)\b(?P<ns>aten|prim|quantized)(?:::|\.)(?P<op>\w+)[^\n]*?(?:unsupported|not supported|not implemented)",
+]
+
+
+def unsupported_op(error: BaseException) -> str | None:
+    """The operator a converter could not take (``aten::linalg_inv``), found in the text of the
+    error and of the errors chained to it, as ``lowering.log`` shows them; None when none is named."""
+    text = plain("".join(traceback.format_exception(error)))
+    for pattern in UNSUPPORTED_OP:
+        found = re.search(pattern, text)
+        if found:
+            ns = found.groupdict().get("ns")
+            return f"{ns}::{found['op']}" if ns else found["op"]
+    return None
+
+
+def failure_line(error: BaseException, limit: int = 300) -> str:
+    """``Type: first line`` of a converter's failure (colour codes removed), naming the operator
+    it could not take when its text names one and the first line does not."""
+    line = f"{type(error).__name__}: {first_line(error)[:limit]}"
+    op = unsupported_op(error)
+    return line + (f" (unsupported op: {op})" if op and op.split("::")[-1] not in line else "")

@@ -1,48 +1,129 @@
-"""Atomic file output: a reader sees the old file or the whole new one, never half of one."""
+"""Atomic file output: a reader sees the old file or the whole new one, never half of one.
+
+Temporary names carry the writer's pid (``.<stem>.tmp-<pid>-<random><suffix>``), so a later run
+can tell a leftover of a killed writer (its pid gone) from a file another live build is writing.
+A full disk (ENOSPC, or a quota: EDQUOT) while writing is an ``OutputError`` naming the file,
+the bytes it needed when known and the bytes free; the temporary file is removed and the previous
+file stays as it was.
+"""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from edgeship.errors import OutputError
+
+NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+TEMP_NAME = re.compile(r"^\..*\.tmp-(?P<pid>\d+)-[A-Za-z0-9_]+")
+
 
 @contextlib.contextmanager
-def atomic_output(dest: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``dest``; on success it replaces ``dest`` (file or folder)."""
+def atomic_output(dest: Path, size: int | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``dest``; on success it replaces ``dest`` (file or folder).
+
+    ``size``: the bytes about to be written, when known, for the message on a full disk.
+    """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    with no_space_is_output_error(dest, size):
+        dest.parent.mkdir(parents=True, exist_ok=True)
     # The temporary name keeps the suffix: some writers insist on it (coremltools: .mlpackage).
-    fd, name = tempfile.mkstemp(prefix=f".{dest.stem}.tmp-", suffix=dest.suffix, dir=dest.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{dest.stem}.tmp-{os.getpid()}-", suffix=dest.suffix, dir=dest.parent)
     os.close(fd)
     tmp = Path(name)
     tmp.unlink()  # the writer creates it (a file or a folder, as it needs)
     try:
-        yield tmp
-        if dest.is_dir() and not dest.is_symlink():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
+        with no_space_is_output_error(dest, size):
+            yield tmp
+            if dest.is_dir() and not dest.is_symlink():
+                shutil.rmtree(dest)
+            os.replace(tmp, dest)
     finally:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif tmp.exists():
-            tmp.unlink()
+        remove_path(tmp)
 
 
 def atomic_write_bytes(dest: Path, data: bytes) -> None:
-    """Write ``data`` to ``dest`` atomically."""
-    with atomic_output(dest) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+    """Write ``data`` to ``dest`` atomically (OutputError naming it when the disk is full)."""
+    with atomic_output(dest, size=len(data)) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def atomic_write_text(dest: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``dest`` atomically."""
     atomic_write_bytes(dest, text.encode("utf-8"))
+
+
+@contextlib.contextmanager
+def no_space_is_output_error(dest: Path, size: int | None = None, own_name: bool = False) -> Iterator[None]:
+    """Turn a full disk (ENOSPC, EDQUOT) inside the block into an OutputError naming ``dest`` (with
+    ``own_name``: the file the error names, when it names one)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in NO_SPACE:
+            raise no_space_error(Path(e.filename if own_name and e.filename else dest), size) from e
+        raise
+
+
+def no_space_error(dest: Path, size: int | None = None) -> OutputError:
+    """The message for a disk that filled up while writing ``dest``."""
+    needed = f"{size:,} bytes to write" if size is not None else "size not known in advance"
+    free = free_bytes(dest)
+    room = f"; {free:,} bytes free there" if free is not None else ""
+    return OutputError(f"{dest}: no space left on the device while writing it ({needed}{room}); nothing "
+                       "half-written was kept and the previous file, if any, is unchanged: free some space "
+                       "and run again")
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the file system holding ``path`` (or its nearest existing parent)."""
+    existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        return shutil.disk_usage(existing).free
+    except OSError:
+        return None
+
+
+def temp_owner(name: str) -> int | None:
+    """The pid in an :func:`atomic_output` temporary name, or None for any other name."""
+    match = TEMP_NAME.match(name)
+    return int(match["pid"]) if match else None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (another user's counts as running)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_path(path: Path) -> None:
+    """Remove a file or a folder tree, if there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def tree_size(path: Path) -> int:

@@ -5,7 +5,12 @@ unpickling (and could run code) is refused unless the user passes ``--trust-weig
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import inspect
 import pickle
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,14 +43,111 @@ def build_module(spec: ModelSpec) -> Any:
 
     factory: Any = import_entry(spec.entry, spec.base_dir, ModelSpecError, f"{spec.source or 'model spec'}: entry")
     try:
-        module = factory(**spec.entry_kwargs)
+        with seeded(spec.seed):  # random initialisation is the same in every process and build
+            module = factory(**spec.entry_kwargs)
     except Exception as e:
         raise ModelSpecError(f"{spec.source or 'model spec'}: entry {spec.entry} raised "
                              f"{type(e).__name__}: {first_line(e)}") from None
     if not isinstance(module, torch.nn.Module):
         raise ModelSpecError(f"{spec.source or 'model spec'}: entry {spec.entry} returned "
                              f"{type(module).__name__}, expected a torch.nn.Module")
+    check_forward(module, spec)
     return module
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """torch, numpy and random seeded with ``seed`` inside; their previous states restored after."""
+    import random
+
+    import numpy as np
+    import torch
+
+    saved = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        np.random.seed(seed)
+        random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(saved[0])
+            np.random.set_state(saved[1])
+
+
+def state_sha256(module: Any) -> str:
+    """sha256 of the module's state_dict (names, dtypes, shapes, values): which weights were built."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, value in sorted(module.state_dict().items()):
+        if not isinstance(value, torch.Tensor):
+            h.update(f"{name}:{value!r};".encode())
+            continue
+        t = value.detach().cpu()
+        t = t.int_repr() if t.is_quantized else t
+        h.update(f"{name}:{t.dtype}:{list(t.shape)};".encode())
+        try:
+            h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy())
+        except (RuntimeError, TypeError):  # sparse and other layouts without flat bytes
+            h.update(repr(t.tolist()).encode())
+    return h.hexdigest()
+
+
+def check_forward(module: Any, spec: ModelSpec) -> None:
+    """ModelSpecError when ``module.forward`` cannot take the spec's inputs, one per positional
+    argument (too few, too many, or a keyword-only argument without a default)."""
+    try:
+        sig = inspect.signature(module.forward)
+    except (TypeError, ValueError):  # a forward inspect cannot read: its first call will tell
+        return
+    params = list(sig.parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    varargs = any(p.kind is p.VAR_POSITIONAL for p in params)
+    keyword_only = [p for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty]
+    n = len(spec.inputs)
+    if n < len(required) or (n > len(positional) and not varargs) or keyword_only:
+        raise ModelSpecError(f"{spec.source or 'model spec'}: {_inputs_text(spec)}, but "
+                             f"{_forward_text(module)} takes {_arity(required, positional, varargs)}"
+                             + (f" and needs keyword argument(s) {', '.join(p.name for p in keyword_only)}"
+                                if keyword_only else "")
+                             + "; the spec's inputs are passed to forward in order")
+
+
+def _arity(required: list[Any], positional: list[Any], varargs: bool) -> str:
+    if varargs:
+        return f"at least {len(required)} input(s)"
+    if len(required) == len(positional):
+        return f"{len(positional)} input(s)"
+    return f"{len(required)} to {len(positional)} inputs"
+
+
+def _inputs_text(spec: ModelSpec) -> str:
+    return f"the spec has {len(spec.inputs)} input(s) ({', '.join(i.name for i in spec.inputs)})"
+
+
+def _forward_text(module: Any) -> str:
+    """``TinyNet.forward(x)``: the signature without annotations."""
+    try:
+        sig = inspect.signature(module.forward)
+        sig = sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                          return_annotation=sig.empty)
+    except (TypeError, ValueError):
+        return f"{type(module).__name__}.forward"
+    return f"{type(module).__name__}.forward{sig}"
+
+
+def call_model(module: Any, inputs: dict[str, Any], source: str = "model spec") -> Any:
+    """``module(*inputs)``; whatever the model raises on the spec's inputs is a ModelSpecError
+    naming the spec (``source``), the inputs (name, shape, dtype) and forward's signature."""
+    try:
+        return module(*inputs.values())
+    except Exception as e:
+        given = ", ".join(f"{name} {list(t.shape)} {str(t.dtype).removeprefix('torch.')}" for name, t in inputs.items())
+        raise ModelSpecError(f"{source or 'model spec'}: the model raised {type(e).__name__} on the spec's "
+                             f"inputs ({given}): {first_line(e)[:300]}; check the spec's inputs (in order) against "
+                             f"{_forward_text(module)}") from e
 
 
 def read_checkpoint(path: Path, trust: bool = False) -> dict[str, Any]:
@@ -55,15 +157,43 @@ def read_checkpoint(path: Path, trust: bool = False) -> dict[str, Any]:
     try:
         obj = torch.load(path, map_location="cpu", weights_only=not trust)
     except pickle.UnpicklingError as e:
-        raise WeightsError(
-            f"{path}: refused: this checkpoint needs arbitrary unpickling, which can run code "
-            f"({first_line(e).removeprefix('Weights only load failed. ')[:160]}). edgeship loads "
-            "weights with torch.load(weights_only=True). Save a plain state_dict "
-            "(torch.save(model.state_dict(), path)), or, if you trust where the file came from, "
-            "pass --trust-weights.") from None
-    except (RuntimeError, EOFError, OSError, ValueError) as e:
-        raise WeightsError(f"{path}: not a readable torch checkpoint: {first_line(e)}") from None
+        blocked = None if trust else blocked_global(str(e))
+        if blocked is not None:
+            raise WeightsError(
+                f"{path}: refused: it needs {blocked}, which torch.load(weights_only=True) does not allow: "
+                "unpickling it could run code. Save a plain state_dict "
+                "(torch.save(model.state_dict(), path)), or, if you trust where the file came from, "
+                "pass --trust-weights.") from None
+        raise WeightsError(f"{path}: not a torch checkpoint torch.load can read: {unpickler_reason(e)}") from None
+    except Exception as e:  # torch.load raises whatever its readers do: RuntimeError, EOFError, KeyError, ...
+        reason = first_line(e)[:300]
+        raise WeightsError(f"{path}: not a torch checkpoint torch.load can read: {type(e).__name__}"
+                           + ("" if reason == type(e).__name__ else f": {reason}")) from None
     return unwrap_state_dict(obj, path)
+
+
+BLOCKED = {"global": r"GLOBAL (\S+) (?:was not an allowed global|whose module)",
+           "function": r"call reduce for unrecognized function (.+?)(?: which belongs|$)",
+           "class": r"classes allowlisted via `add_safe_globals` but got (.+)$",
+           "type": r"``([\w.]+)`` must be imported to load"}
+
+
+def blocked_global(message: str) -> str | None:
+    """What torch's weights_only unpickler refused to load, from its message (``global posix.system``),
+    or None when it stopped for another reason (bytes that are not a checkpoint)."""
+    for kind, pattern in BLOCKED.items():
+        found = re.search(pattern, message, re.MULTILINE)
+        if found:
+            return f"{kind} {found.group(1).strip()}"
+    return None
+
+
+def unpickler_reason(error: BaseException) -> str:
+    """The unpickler's own reason from torch's long weights_only message (its last line before the
+    pointer to the documentation), e.g. ``Unsupported operand 66`` or ``pickle data was truncated``."""
+    text = str(error).split("Check the documentation of torch.load")[0]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1].removeprefix("WeightsUnpickler error: ")[:300] if lines else type(error).__name__
 
 
 def unwrap_state_dict(obj: Any, path: Path) -> dict[str, Any]:
@@ -174,12 +304,39 @@ class LazyModel:
         self.trust_weights = trust_weights
         self.counts: dict[str, Any] = {}
         self._loaded: LoadedModel | None = None
+        self._state_sha256: str | None = None
+        self.expected_state: str | None = None
 
     @property
     def loaded(self) -> LoadedModel:
         if self._loaded is None:
             self._loaded = load_model(self.spec, self.trust_weights)
+            self._check_state()
         return self._loaded
+
+    @property
+    def state_sha256(self) -> str:
+        """sha256 of the built module's state_dict (loads the model)."""
+        if self._state_sha256 is None:
+            self._state_sha256 = state_sha256(self.module)
+        return self._state_sha256
+
+    def expect_state(self, sha: str | None) -> None:
+        """The state_dict sha256 the stage cache's float reference was made from: the model, when
+        this build loads it, must be the same (ModelSpecError otherwise)."""
+        self.expected_state = sha
+        if self._loaded is not None:
+            self._check_state()
+
+    def _check_state(self) -> None:
+        if self.expected_state is None or self.state_sha256 == self.expected_state:
+            return
+        raise ModelSpecError(
+            f"{self.spec.source or self.spec.entry}: the model built now (state_dict sha256 {self.state_sha256[:12]}) "
+            f"differs from the one the stage cache's float reference was computed from "
+            f"({self.expected_state[:12]}), although the spec, seed, weights and entry module are the same: the "
+            f"entry builds different weights each time (randomness the seed {self.spec.seed} does not cover), or "
+            "a module it imports changed. Give a weights file, or run `edgeship cache clear`.")
 
     @property
     def module(self) -> Any:

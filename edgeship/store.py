@@ -10,7 +10,8 @@ the time it was measured. A variant that has no measurement at all (it failed to
 device could run it) gets one row with ``device`` null and the reason in ``notes``. Numbers that
 were not measured are null, as in results.json. Recording is idempotent: a measurement already
 stored (same model, variant, artifact, device and ``measured_at``, as when ``build --resume``
-reuses it) is not stored twice.
+reuses it) is not stored twice, nor is a build id already there (a build recorded again by the next
+run after a failure). A database that cannot take or give rows (locked, away) is a ``StoreError``.
 """
 from __future__ import annotations
 
@@ -90,30 +91,53 @@ class ResultsStore:
         except sa.exc.SQLAlchemyError as e:
             raise StoreError(f"results database {self.url}: cannot open it: {first_line(e)}") from None
 
+    @property
+    def display_url(self) -> str:
+        """The URL with any password hidden, for messages and files."""
+        import sqlalchemy as sa
+
+        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+
     def record(self, results: Results, build_id: str | None = None) -> str:
-        """Store every measurement in ``results``; return the build id (a new one when None)."""
+        """Store every measurement in ``results``; return the build id (a new one when None). A build
+        id already stored is not stored again. StoreError when the database cannot take it (locked,
+        away, read-only)."""
+        import sqlalchemy as sa
+
         build_id = build_id or uuid.uuid4().hex[:16]
         rows = [r for v in results.variants for r in _variant_rows(results, v)]
-        with self.engine.begin() as conn:
-            stored = self._stored_keys(conn, results.model.name)
-            fresh = [r for r in rows if r["measured_at"] is None or _key(r) not in stored]
-            conn.execute(self.builds.insert().values(
-                build_id=build_id, created=results.created, target=results.target,
-                model=results.model.name, results=results.dump()))
-            if fresh:
-                conn.execute(self.measurements.insert(), [{**r, "build_id": build_id} for r in fresh])
+        try:
+            with self.engine.begin() as conn:
+                if conn.execute(sa.select(self.builds.c.build_id).where(self.builds.c.build_id == build_id)).first():
+                    return build_id
+                stored = self._stored_keys(conn, results.model.name)
+                fresh = [r for r in rows if r["measured_at"] is None or _key(r) not in stored]
+                conn.execute(self.builds.insert().values(
+                    build_id=build_id, created=results.created, target=results.target,
+                    model=results.model.name, results=results.dump()))
+                if fresh:
+                    conn.execute(self.measurements.insert(), [{**r, "build_id": build_id} for r in fresh])
+        except sa.exc.SQLAlchemyError as e:
+            raise StoreError(f"results database {self.display_url}: could not record build {build_id}: "
+                             f"{first_line(e)}") from None
         return build_id
 
     def rows(self, model: str | None = None, target: str | None = None,
              device: str | None = None) -> list[dict[str, Any]]:
-        """Measurements, oldest first, optionally only one model's, target's or device's."""
+        """Measurements, oldest first, optionally only one model's, target's or device's (StoreError
+        when the database cannot be read)."""
+        import sqlalchemy as sa
+
         m = self.measurements
         query = m.select().order_by(m.c.created, m.c.id)
         for column, value in (("model", model), ("target", target), ("device", device)):
             if value is not None:
                 query = query.where(m.c[column] == value)
-        with self.engine.connect() as conn:
-            out = [dict(r._mapping) for r in conn.execute(query)]
+        try:
+            with self.engine.connect() as conn:
+                out = [dict(r._mapping) for r in conn.execute(query)]
+        except sa.exc.SQLAlchemyError as e:
+            raise StoreError(f"results database {self.display_url}: cannot read it: {first_line(e)}") from None
         for row in out:
             row["notes"] = json.loads(row["notes"] or "[]")
         return out

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from edgeship.devices.hashing import sha256_file
 from tests.conftest import REPO
 
 HOST_BACKENDS = {"eager", "pytorch-mobile", "executorch", "onnx"}
@@ -41,6 +42,16 @@ def test_build_host_for_a_model_the_project_has_never_seen(tiny_project: Path, t
     for row in results["variants"][1:]:
         assert (out_dir / row["file"]).is_file()
     assert "tiny on host" in proc.stdout and "executorch" in proc.stdout
+    check_manifest(out_dir, results)
+
+
+def check_manifest(out_dir: Path, results: dict) -> None:
+    """The build folder's manifest lists every file of the build with its sha256, and nothing is staged."""
+    manifest = json.loads((out_dir / ".edgeship-build.json").read_text())
+    assert manifest["build_key"] == results["build_key"]
+    assert {row["file"] for row in results["variants"][1:]} | {"results.json", "report.md"} <= set(manifest["files"])
+    assert all(sha256_file(out_dir / rel) == sha for rel, sha in manifest["files"].items())
+    assert not (out_dir / ".edgeship-incomplete.json").exists() and not (out_dir / ".work" / ".staged").exists()
 
 
 @pytest.mark.slow

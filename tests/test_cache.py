@@ -1,11 +1,15 @@
 """The content-addressed cache: equal key parts hit, a failed compute leaves no entry."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from edgeship.cache import Cache, cache_key
+from edgeship.cache import HOST, MARKER, Cache, cache_key, entry_damage
+from edgeship.errors import OutputError
 
 
 def _writer(calls: list[str], text: str = "ranges"):
@@ -54,3 +58,91 @@ def test_cache_keeps_the_entry_a_racing_writer_published_first(tmp_path: Path) -
     entry = cache.get_or_compute("ns", {"k": 1}, slow)
     assert (entry.path / "data.txt").read_text() == "theirs"
     assert len(list((tmp_path / "ns").iterdir())) == 1
+
+
+def test_cache_damaged_entry_is_discarded_and_computed_again_with_a_notice(tmp_path: Path) -> None:
+    cache, calls = Cache(tmp_path), []
+    first = cache.get_or_compute("ns", {"k": 1}, _writer(calls))
+    (first.path / "data.txt").write_text("rang")  # truncated behind the cache's back
+    again = cache.get_or_compute("ns", {"k": 1}, _writer(calls))
+    assert not again.hit and calls == ["ranges", "ranges"] and (again.path / "data.txt").read_text() == "ranges"
+    assert cache.notices == [f"stage cache entry ns/{first.key} is damaged (data.txt: sha256 differs from the one "
+                             "stored with it); discarded, computing it again"]
+
+
+@pytest.mark.parametrize("damage", ["missing", "extra"])
+def test_cache_entry_with_a_file_missing_or_added_is_damaged(tmp_path: Path, damage: str) -> None:
+    cache = Cache(tmp_path)
+    entry = cache.get_or_compute("ns", {"k": 1}, _writer([]))
+    if damage == "missing":
+        (entry.path / "data.txt").unlink()
+    else:
+        (entry.path / "stray.bin").write_bytes(b"x")
+    assert entry_damage(entry.path) is not None and cache.get("ns", {"k": 1}) is None
+    assert not entry.path.exists()
+
+
+def test_cache_sweep_removes_temporary_folders_of_dead_builds_only(tmp_path: Path) -> None:
+    cache = Cache(tmp_path)
+    cache.get_or_compute("ns", {"k": 1}, _writer([]))
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead_tmp = tmp_path / "ns" / f".{'a' * 12}.{HOST}.{child.pid}.x1y2z3.tmp"
+        live_tmp = tmp_path / "ns" / f".{'b' * 12}.{HOST}.{live.pid}.x1y2z3.tmp"
+        other = tmp_path / "ns" / ".notes.tmp"
+        for folder in (dead_tmp, live_tmp, other):
+            folder.mkdir()
+        assert cache.sweep() == 1
+        assert not dead_tmp.exists() and live_tmp.exists() and other.exists()
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_cache_temporary_folder_names_carry_host_and_pid(tmp_path: Path) -> None:
+    seen = []
+    Cache(tmp_path).get_or_compute("ns", {"k": 1}, lambda folder: seen.append(folder.name))
+    assert seen[0].startswith(".") and f".{HOST}.{os.getpid()}." in seen[0] and seen[0].endswith(".tmp")
+
+
+def _users_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "photos"
+    (folder / "2024").mkdir(parents=True)
+    (folder / "cat.jpg").write_bytes(b"jpeg")
+    (folder / "2024" / "dog.jpg").write_bytes(b"jpeg")
+    return folder
+
+
+@pytest.mark.parametrize("action", ["clear", "info", "get_or_compute"])
+def test_cache_refuses_a_folder_that_is_not_an_edgeship_cache(tmp_path: Path, action: str) -> None:
+    folder = _users_folder(tmp_path)
+    cache = Cache(folder)
+    call = {"clear": cache.clear, "info": cache.info,
+            "get_or_compute": lambda: cache.get_or_compute("ns", {"k": 1}, _writer([]))}[action]
+    with pytest.raises(OutputError, match=rf"{folder}: not an edgeship cache .*cat.jpg"):
+        call()
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")) == ["2024", "2024/dog.jpg", "cat.jpg"]
+
+
+def test_cache_adopts_an_empty_folder_and_one_holding_only_its_entries(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    assert Cache(tmp_path / "empty").get_or_compute("ns", {"k": 1}, _writer([])).path.is_dir()
+    old = Cache(tmp_path / "old")  # a cache written before the marker existed
+    old.get_or_compute("ns", {"k": 1}, _writer([]))
+    (tmp_path / "old" / MARKER).unlink()
+    assert old.info().entries == 1 and old.clear().entries == 1 and not (tmp_path / "old").exists()
+
+
+def test_cache_clear_deletes_its_entries_and_keeps_anything_else(tmp_path: Path) -> None:
+    cache = Cache(tmp_path / "cache")
+    cache.get_or_compute("ns", {"k": 1}, _writer([]))
+    cache.get_or_compute("other", {"k": 2}, _writer([]))
+    (tmp_path / "cache" / "ns" / "notes.txt").write_text("mine")
+    (tmp_path / "cache" / "README").write_text("mine")
+    summary = cache.clear()
+    assert summary.entries == 2 and summary.bytes > 0
+    assert sorted(summary.kept) == ["README (not written by edgeship)", "ns/notes.txt (not written by edgeship)"]
+    assert (tmp_path / "cache" / "ns" / "notes.txt").exists() and (tmp_path / "cache" / "README").exists()
+    assert not (tmp_path / "cache" / "other").exists() and cache.info().entries == 0

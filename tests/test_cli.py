@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from edgeship.cli import main
@@ -116,3 +118,120 @@ def test_cli_op_the_converter_cannot_take_fails_that_variant_only(capsys, tmp_pa
     rows = {v["name"]: v for v in json.loads((out_dir / "results.json").read_text())["variants"]}
     assert code == 3 and "linalg_inv" in rows["cm"]["error"] and "lower cm" in err
     assert rows["lite"]["file"] and rows["lite"]["gates"]["passed"]
+
+
+def sentinel_spec(tiny_project: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """The tiny project's spec with an entry that leaves a marker file when it is imported."""
+    marker = tmp_path / "imported"
+    (tiny_project / "sentinel.py").write_text(f"open({str(marker)!r}, 'w').close()\ndef build(): pass\n")
+    spec = tiny_project / "model.toml"
+    spec.write_text(spec.read_text().replace("tinynet:build", "sentinel:build").replace('weights = "tiny.pt"\n', ""))
+    return spec, marker
+
+
+@pytest.mark.parametrize("literal", ["nan", "inf", "-inf"])
+def test_cli_non_finite_gate_exits_2_before_the_model_is_imported(capsys, tiny_project: Path, tmp_path,
+                                                                  literal: str) -> None:
+    spec, marker = sentinel_spec(tiny_project, tmp_path)
+    profile = write_profile(tmp_path, ONNX_ONLY + f"gates = {{ min_sqnr_db = {literal} }}\n")
+    code, _, err = run(capsys, "build", "--target", str(profile), "--model", str(spec), "--out", str(tmp_path / "o"))
+    assert code == 2 and f"{profile}: variants[0].gates.min_sqnr_db = {literal}: not a finite number" in err
+    assert "Traceback" not in err and not marker.exists()
+
+
+def test_cli_out_that_is_a_file_exits_2_before_the_model_is_imported(capsys, tiny_project: Path, tmp_path) -> None:
+    spec, marker = sentinel_spec(tiny_project, tmp_path)
+    (tmp_path / "afile").write_text("mine")
+    profile = write_profile(tmp_path, ONNX_ONLY)
+    for out, says in ((tmp_path / "afile", "is a file; expected a folder"),
+                      (tmp_path / "afile" / "sub", f"cannot be created: {tmp_path / 'afile'} is a file")):
+        code, _, err = run(capsys, "build", "--target", str(profile), "--model", str(spec), "--out", str(out))
+        assert code == 2 and f"error: --out {out}: {says}" in err and "Traceback" not in err
+    assert not marker.exists() and (tmp_path / "afile").read_text() == "mine"
+
+
+def test_cli_out_that_is_not_writable_exits_2(capsys, tiny_project: Path, tmp_path, monkeypatch) -> None:
+    # Tests run as root, for whom every folder is writable: a folder os.access says is not stands in.
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != locked and real_access(p, mode))
+    profile = write_profile(tmp_path, ONNX_ONLY)
+    code, _, err = run(capsys, "build", "--target", str(profile), "--model", str(tiny_project / "model.toml"),
+                       "--out", str(locked / "out"))
+    assert code == 2 and f"--out {locked / 'out'}: cannot be created: {locked} is not writable" in err
+    monkeypatch.setenv("EDGESHIP_CACHE_DIR", str(locked / "cache"))
+    code, _, err = run(capsys, "build", "--target", str(profile), "--model", str(tiny_project / "model.toml"),
+                       "--out", str(tmp_path / "out"))
+    assert code == 2 and f"cache folder ($EDGESHIP_CACHE_DIR) {locked / 'cache'}: cannot be created" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(os.access("/proc/sys", os.W_OK), reason="/proc/sys is writable here (no read-only mount)")
+def test_cli_out_on_a_read_only_mount_exits_2(capsys, tiny_project: Path, tmp_path) -> None:
+    profile = write_profile(tmp_path, ONNX_ONLY)
+    code, _, err = run(capsys, "build", "--target", str(profile), "--model", str(tiny_project / "model.toml"),
+                       "--out", "/proc/sys/edgeship-out")
+    assert code == 2 and "--out /proc/sys/edgeship-out: cannot be created: /proc/sys is not writable" in err
+
+
+def test_cli_cache_dir_that_is_a_file_exits_2(capsys, tiny_project: Path, tmp_path, monkeypatch) -> None:
+    spec, marker = sentinel_spec(tiny_project, tmp_path)
+    (tmp_path / "cachefile").write_text("")
+    monkeypatch.setenv("EDGESHIP_CACHE_DIR", str(tmp_path / "cachefile"))
+    code, _, err = run(capsys, "build", "--target", str(write_profile(tmp_path, ONNX_ONLY)), "--model", str(spec),
+                       "--out", str(tmp_path / "o"))
+    assert code == 2 and f"cache folder ($EDGESHIP_CACHE_DIR) {tmp_path / 'cachefile'}: is a file" in err
+    assert not marker.exists()
+    code, _, err = run(capsys, "cache", "info")
+    assert code == 2 and "is a file" in err
+
+
+def test_cli_spec_with_more_inputs_than_forward_takes_exits_2(capsys, tiny_project: Path, tmp_path) -> None:
+    spec = tiny_project / "model.toml"
+    spec.write_text(spec.read_text().replace('inputs = [{ name = "image", shape = [1, 3, 16, 16], dtype = "float32" }]',
+                                             'inputs = [{ name = "image", shape = [1, 3, 16, 16] }, '
+                                             '{ name = "extra", shape = [1, 3] }]'))
+    spec.write_text(spec.read_text().replace("[data]\ncalibration = \"calib.npz\"\nevaluation = \"eval.npz\"\n", ""))
+    code, _, err = run(capsys, "build", "--target", str(write_profile(tmp_path, ONNX_ONLY)), "--model", str(spec),
+                       "--out", str(tmp_path / "o"), "--quiet")
+    assert code == 2 and "Traceback" not in err
+    assert f"{spec}: the spec has 2 input(s) (image, extra), but TinyNet.forward(x) takes 1 input(s)" in err
+
+
+def test_cli_model_that_raises_on_the_spec_inputs_exits_2(capsys, tmp_path) -> None:
+    code, _, err = run(capsys, "build", "--target", str(write_profile(tmp_path, ONNX_ONLY)), "--model",
+                       "tests.models.tinynet:build", "--input-shape", "1,3", "--out", str(tmp_path / "o"), "--quiet")
+    assert code == 2 and "Traceback" not in err
+    assert ("--model tests.models.tinynet:build: the model raised RuntimeError on the spec's inputs "
+            "(input [1, 3] float32)") in err
+
+
+def test_cli_input_shape_with_a_bad_element_exits_2_naming_it(capsys) -> None:
+    code, _, err = run(capsys, "build", "--target", "host", "--model", "tests.models.tinynet:build",
+                       "--input-shape", "1,x,3")
+    assert code == 2 and "--input-shape '1,x,3': element 2 ('x') is not a positive integer" in err
+
+
+def test_cli_trusted_random_bytes_are_not_a_checkpoint(capsys, tiny_project: Path, tmp_path) -> None:
+    (tiny_project / "tiny.pt").write_bytes(os.urandom(4096))
+    code, _, err = run(capsys, "build", "--target", str(write_profile(tmp_path, ONNX_ONLY)), "--model",
+                       str(tiny_project / "model.toml"), "--out", str(tmp_path / "o"), "--trust-weights", "--quiet")
+    assert code == 2 and "tiny.pt: not a torch checkpoint torch.load can read" in err and "--trust-weights" not in err
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "ten"])
+def test_cli_report_threshold_must_be_a_finite_number(capsys, value: str) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["report", "--threshold", value, "results.json"])
+    assert e.value.code == 2 and "argument --threshold" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["build", "--target", "a\0b.toml"],
+                                  ["build", "--target", "host", "--model", "m\0.toml"],
+                                  ["build", "--target", "host", "--out", "o\0ut"],
+                                  ["build", "--target", "host", "--devices", "d\0.toml"],
+                                  ["devices", "--devices", "d\0.toml", "list"]])
+def test_cli_path_with_a_nul_character_exits_2(capsys, argv: list[str]) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "a path cannot contain a NUL character" in err and "Traceback" not in err

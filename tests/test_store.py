@@ -1,7 +1,9 @@
 """The results store: rows per (variant, device), filters, idempotent recording, URLs."""
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -96,3 +98,31 @@ def test_store_url_comes_from_the_environment_else_artifacts(tmp_path: Path, mon
 def test_store_bad_url_raises_store_error_naming_it(url: str) -> None:
     with pytest.raises(StoreError, match="results database"):
         ResultsStore(url)
+
+
+def test_store_record_of_a_build_id_already_stored_stores_nothing(store) -> None:
+    store.record(_results(), build_id="b1")
+    again = store.record(_results(), build_id="b1")
+    assert again == "b1" and len(store.rows()) == 3
+
+
+def test_store_locked_database_is_a_store_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    store = ResultsStore(f"sqlite:///{path}?timeout=0.1")
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(StoreError, match=rf"results database sqlite:///{path}.*: could not record build b1: "
+                                             r".*database is locked"):
+            store.record(_results(), build_id="b1")
+        with pytest.raises(StoreError, match="cannot read it: .*database is locked"):
+            store.rows()
+    finally:
+        lock.rollback()
+        lock.close()
+    assert store.record(_results(), build_id="b1") == "b1" and len(store.rows()) == 3
+
+
+def test_store_display_url_hides_the_password() -> None:
+    assert ResultsStore.__dict__["display_url"].fget(SimpleNamespace(url="postgresql://u:secret@h/db")) == \
+        "postgresql://u:***@h/db"

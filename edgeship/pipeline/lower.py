@@ -1,7 +1,8 @@
 """Lowering: one artifact per variant, from the first capture method its backend can use.
 
 A variant that cannot be captured or lowered is recorded with the reason (and a traceback in
-``lowering.log`` beside where its artifact would be); the other variants still build.
+``lowering.log`` beside where its artifact would be); the other variants still build. The build
+lowers into its staging folder (``out_dir`` here), never over a validated artifact.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
 from edgeship.devices.hashing import sha256_path
-from edgeship.errors import LoweringError, first_line
+from edgeship.errors import LoweringError, OutputError, failure_line
 from edgeship.fsutil import atomic_write_text
 from edgeship.lowering.backends import BACKENDS
 from edgeship.lowering.base import Artifact, Backend, LowerRequest
@@ -82,10 +83,12 @@ def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_di
     start = time.perf_counter()
     try:
         result.artifact = backend.lower(request)
+    except OutputError:
+        raise  # a full disk is the build's problem, not this variant's
     except Exception as e:  # a converter's failure belongs to this variant only
         if debug and not isinstance(e, LoweringError):
             raise
-        result.error = f"lowering failed: {type(e).__name__}: {first_line(e)[:300]}"
+        result.error = f"lowering failed: {failure_line(e)}"  # colour codes removed, the unsupported op named
         atomic_write_text(dest.parent / "lowering.log", traceback.format_exc())
     result.seconds = time.perf_counter() - start
     return result

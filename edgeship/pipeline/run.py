@@ -1,24 +1,31 @@
 """The build, stage by stage, as the data-flow picture in docs/ARCHITECTURE.md draws it:
 
     plan -> load model -> evaluation data + float reference -> capture + lower (per variant)
-         -> validate (per variant and device) -> results.json -> table
+         -> validate (per variant and device) -> reports, bundles, results.json (staged)
+         -> publish into the build folder -> results store -> table
+
+Nothing of a build enters its folder before it is all written (``pipeline/output.py``).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from edgeship.cache import default_cache
+from rich.markup import escape
+
+from edgeship.cache import Cache, default_cache
 from edgeship.calibration import Dataset, load_dataset, random_dataset
 from edgeship.calibration.provider import calibration_data, calibration_variants
 from edgeship.devices import Job
 from edgeship.devices.hashing import sha256_path
 from edgeship.errors import CaptureError, GateFailure
-from edgeship.fsutil import tree_size
+from edgeship.fsutil import no_space_is_output_error, tree_size
 from edgeship.lowering.capture import Capturer
+from edgeship.lowering.registry import SPECS
 from edgeship.model import LazyModel
-from edgeship.pipeline.bundle import report_and_bundle
+from edgeship.pipeline.finish import Unchanged, publish_build, record_build, record_pending, reuse_output
 from edgeship.pipeline.lower import Lowered, lower_variant, restored
+from edgeship.pipeline.output import RESULTS, WORK, BuildFolder, report_names
 from edgeship.pipeline.plan import BuildRequest, Plan, make_plan
 from edgeship.pipeline.schedule import (
     ReuseKey,
@@ -27,16 +34,21 @@ from edgeship.pipeline.schedule import (
     previous_results,
     record_measurements,
     reuse_line,
+    unmeasured_devices,
 )
 from edgeship.pipeline.stagecache import StageKeys, restore_artifact, store_artifact
-from edgeship.pipeline.validate import Reference, check_device_gates, inputs_fingerprint, reference_stage
+from edgeship.pipeline.validate import (
+    Reference,
+    check_device_gates,
+    inputs_fingerprint,
+    reference_fingerprint,
+    reference_stage,
+)
 from edgeship.profile.models import Variant
 from edgeship.progress import Progress
 from edgeship.quantize.selection import select_variant
 from edgeship.quantize.settings import scheme_of
 from edgeship.results import ModelInfo, Results, VariantResult, now_utc, toolchain_versions
-
-WORK = ".work"
 
 
 def build(request: BuildRequest) -> Results:
@@ -46,39 +58,49 @@ def build(request: BuildRequest) -> Results:
         plan = make_plan(request)
         status["result"] = (f"{plan.profile.name}: {len(plan.profile.variants)} variants of "
                             f"{plan.spec.name}, devices {', '.join(d.name for d in plan.devices)}")
+    folder = BuildFolder(plan.out_dir)
+    with no_space_is_output_error(plan.out_dir, own_name=True):  # a full disk anywhere (numpy, shutil, ...)
+        return _build(plan, folder, progress)
+
+
+def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
+    record_pending(plan, folder, progress)
     keys = StageKeys(plan)
     build_key = keys.build()
-    previous = None if request.remeasure else unchanged_build(plan, build_key)
-    if previous is not None:
-        progress.info(f"unchanged since {previous.created}: reusing {plan.out_dir} (every input, setting and "
-                      "artifact is the same; --remeasure measures again)")
-        return results_or_gate_failure(plan, previous)
+    unchanged = None if plan.request.remeasure else unchanged_build(plan, folder, build_key)
+    if unchanged is not None:
+        reuse_output(plan, folder, unchanged, progress)
+        progress.info(f"unchanged since {unchanged.results.created}: reusing {plan.out_dir} (every input, setting "
+                      "and artifact is the same; --remeasure measures again)")
+        return results_or_gate_failure(plan, unchanged.results)
+    folder.refuse_conflicts(expected_files(plan))
+    cache = stage_cache(progress)
     calibration = calibration_stage(plan, progress)
-    model = LazyModel(plan.spec, request.trust_weights)
+    model = LazyModel(plan.spec, plan.request.trust_weights)
     with progress.step("evaluation data + float reference") as status:
-        ref = reference_stage(model, evaluation_data, plan, keys.reference(), default_cache(), plan.out_dir / WORK)
+        ref = reference_stage(model, evaluation_data, plan, keys.reference(), cache, plan.out_dir / WORK)
         status["result"] = ref.data.source
-    lowered = lower_all(plan, model, progress, calibration, keys)
-    rows = [eager_row(plan, model)] + [variant_row(plan, item) for item in lowered]
+    _notices(cache, progress)
+    staged = folder.stage()
+    lowered = lower_all(plan, model, progress, calibration, keys, cache, staged)
+    rows = [eager_row(plan, model)] + [variant_row(staged, item) for item in lowered]
     validate_all(plan, model, ref, lowered, rows, progress)
     selection = select_variant(plan.profile.selection, rows, plan.devices[0].name) if plan.profile.selection else None
     results = Results(target=plan.profile.name, created=now_utc(), model=model_info(model, ref),
-                      toolchain=toolchain_versions(), variants=rows, selection=selection, build_key=build_key)
-    results.write(plan.out_dir / "results.json")
-    progress.info(f"wrote {plan.out_dir / 'results.json'}")
-    if plan.store is not None:
-        build_id = plan.store.record(results)
-        progress.info(f"recorded build {build_id} in {plan.store.url}")
-    report_and_bundle(plan, results, progress)
+                      toolchain=toolchain_versions(), variants=rows, selection=selection, build_key=build_key,
+                      notes=unmeasured_devices(rows, [d.name for d in plan.devices]))
+    publish_build(plan, folder, results, progress)
+    record_build(plan, folder, results, progress)
     return results_or_gate_failure(plan, results)
 
 
 def results_or_gate_failure(plan: Plan, results: Results) -> Results:
     """The build's results, or GateFailure (exit 3) when a gate or the selection budget failed."""
     failed = [r.name for r in results.variants if not r.gates.passed]
-    if failed:
-        raise GateFailure(f"{len(failed)} variant(s) failed validation: {', '.join(failed)}; "
-                          f"see {plan.out_dir / 'results.json'}", results)
+    problems = [f"{len(failed)} variant(s) failed validation: {', '.join(failed)}"] if failed else []
+    problems += unmeasured_devices(results.variants, [d.name for d in plan.devices])
+    if problems:
+        raise GateFailure(f"{'; '.join(problems)}; see {plan.out_dir / 'results.json'}", results)
     selection = results.selection
     if selection is not None and selection.selected is None:
         raise GateFailure(f"selection: no variant is inside the budget ({selection.budget}); "
@@ -86,24 +108,53 @@ def results_or_gate_failure(plan: Plan, results: Results) -> Results:
     return results
 
 
-def unchanged_build(plan: Plan, key: str) -> Results | None:
-    """The previous results when this build's key matches theirs and every file they name is intact."""
-    path = plan.out_dir / "results.json"
+def unchanged_build(plan: Plan, folder: BuildFolder, key: str) -> Unchanged | None:
+    """The previous build when its key is this build's and every file of it is intact: the folder's
+    manifest (or incomplete marker) is this build's and lists results.json, every artifact and every
+    other variant file with the sha256 they have. Reports and bundles whose sha256 is not the
+    manifest's are listed in ``stale``: written again from results.json, nothing lowered or measured."""
     try:
-        previous = Results.read(path)
+        previous = Results.read(plan.out_dir / RESULTS)
     except (OSError, ValueError):
         return None
-    if previous.build_key != key:
+    sha = folder.sha(RESULTS)
+    doc = next((d for d in (folder.incomplete(), folder.manifest())
+                if d is not None and d.build_key == key and d.files.get(RESULTS) == sha), None)
+    if previous.build_key != key or doc is None:
         return None
-    files = [plan.out_dir / name for name in ("report.md", "report.html", "results.csv")]
-    if plan.profile.bundle is not None:
-        files += [plan.out_dir / f"{plan.spec.name}-{p}.zip" for p in plan.profile.bundle.platforms]
-    if not all(f.exists() for f in files):
-        return None
+    listed = [name for name in doc.files if "/" in name]
     for row in previous.variants:
-        if row.file and not ((plan.out_dir / row.file).exists() and sha256_path(plan.out_dir / row.file) == row.sha256):
+        if row.file and not any(n == row.file or n.startswith(f"{row.file}/") for n in listed):
             return None
-    return previous
+    if any(folder.sha(name) != doc.files[name] for name in listed):
+        return None
+    expected = set(report_names()) | {name for name in doc.files if "/" not in name and name != RESULTS}
+    return Unchanged(previous, doc, sorted(n for n in expected if folder.sha(n) != doc.files.get(n)))
+
+
+def expected_files(plan: Plan) -> list[str]:
+    """What this build will write, as far as it is known before lowering (checked for conflicts first)."""
+    names = [RESULTS, *report_names()]
+    if plan.profile.bundle is not None:
+        names += [f"{plan.spec.name}-{p}.zip" for p in plan.profile.bundle.platforms]
+    return names + [f"{v.name}/model{SPECS[v.backend].suffix}" for v in plan.profile.variants]
+
+
+def stage_cache(progress: Progress) -> Cache:
+    """The stage cache, checked to be edgeship's; temporary folders of killed builds swept away."""
+    cache = default_cache()
+    cache.prepare()
+    swept = cache.sweep()
+    if swept:
+        progress.info(f"removed {swept} temporary folder(s) that killed builds left in the stage cache {cache.root}")
+    return cache
+
+
+def _notices(cache: Cache, progress: Progress) -> None:
+    """Say what the stage cache discarded (damaged entries) since the last call."""
+    for line in cache.notices:
+        progress.info(f"[yellow]![/yellow] {escape(line)}")
+    cache.notices.clear()
 
 
 def calibration_stage(plan: Plan, progress: Progress) -> Dataset | None:
@@ -130,28 +181,28 @@ def batch_size(model: LazyModel) -> int:
 
 
 def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dataset | None,
-              keys: StageKeys) -> list[Lowered]:
-    """Lower every variant, or restore it from the stage cache; CaptureError when no capture
-    method takes the model at all."""
+              keys: StageKeys, cache: Cache, staged: Path) -> list[Lowered]:
+    """Lower every variant into the staging folder, or restore it there from the stage cache (checked);
+    CaptureError when no capture method takes the model at all."""
     capturer = Capturer(model)
-    cache = default_cache()
     out = []
     provide = (lambda: calibration) if calibration is not None else None
     for variant in plan.profile.variants:
         with progress.step(f"lower {variant.name} ({variant.backend} {variant.precision})") as status:
             key = keys.artifact(variant)
-            record = restore_artifact(cache, key, plan.out_dir / variant.name)
+            record = restore_artifact(cache, key, staged / variant.name)
             if record is not None:
-                item = restored(variant, record, plan.out_dir / variant.name)
+                item = restored(variant, record, staged / variant.name)
                 status["result"] = f"{_size(item.artifact.path)}, from the stage cache"
             else:
-                item = lower_variant(plan.profile, variant, capturer, plan.out_dir, calibration=provide,
+                item = lower_variant(plan.profile, variant, capturer, staged, calibration=provide,
                                      debug=plan.request.debug, cache=cache)
                 if item.error:
                     status.update(warn="1", result=item.error)
                 else:
                     store_artifact(cache, key, item.artifact.path.parent, item.cache_record())
                     status["result"] = f"{_size(item.artifact.path)} via {item.capture}"
+        _notices(cache, progress)
         out.append(item)
     if all(item.capture is None for item in out):
         tried = "; ".join(str(f) for f in capturer.failures())
@@ -165,8 +216,9 @@ def eager_row(plan: Plan, model: LazyModel) -> VariantResult:
                          notes=["the float PyTorch model: the reference every variant is compared with"])
 
 
-def variant_row(plan: Plan, item: Lowered) -> VariantResult:
-    """The results row for a lowered variant, before measurement."""
+def variant_row(staged: Path, item: Lowered) -> VariantResult:
+    """The results row for a lowered variant, before measurement (``file`` relative to the staging
+    folder, which is laid out as the build folder will be)."""
     row = VariantResult(name=item.variant.name, backend=item.variant.backend,
                         precision=item.variant.precision, error=item.error,
                         quantization=scheme_of(item.variant.precision, item.variant.quantization))
@@ -176,7 +228,7 @@ def variant_row(plan: Plan, item: Lowered) -> VariantResult:
     row.lowering.notes = list(item.notes)
     if item.artifact:
         path = item.artifact.path
-        row.file = str(path.relative_to(plan.out_dir))
+        row.file = path.relative_to(staged).as_posix()
         row.size_bytes = tree_size(path)
         row.sha256 = sha256_path(path)
         row.lowering.notes += item.artifact.notes
@@ -195,7 +247,8 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
     for item, row in zip(lowered, rows[1:]):
         if item.artifact is not None:
             jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available(item.options)))
-    current = ReuseKey((model.spec.entry, model.weights_sha256, model.params), inputs_fingerprint(ref))
+    current = ReuseKey((model.spec.entry, model.weights_sha256, model.params), inputs_fingerprint(ref),
+                       reference_fingerprint(ref))
     # Measurements are reused unless --remeasure (quietly when there is nothing to reuse yet).
     results_path = plan.out_dir / "results.json"
     reuse = plan.request.resume or (not plan.request.remeasure and results_path.exists())
@@ -247,7 +300,7 @@ def model_info(model: LazyModel, ref: Reference) -> ModelInfo:
     output = {"shape": [batch_size(model), *ref.outputs.shape[1:]], "dtype": str(ref.outputs.dtype)}
     return ModelInfo(name=spec.name, entry=spec.entry, weights_sha256=model.weights_sha256,
                      inputs=[i.model_dump() for i in spec.inputs], params=model.params,
-                     flops=model.flops, outputs=[output])
+                     flops=model.flops, seed=spec.seed, outputs=[output])
 
 
 def _size(path: Path) -> str:

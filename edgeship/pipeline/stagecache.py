@@ -2,7 +2,8 @@
 
 Three levels, all in :mod:`edgeship.cache` (``artifacts/.cache``, entries written atomically):
 
-- **artifact** (per variant): the variant's folder and what lowering learned, keyed by the model
+- **artifact** (per variant): the variant's folder and what lowering learned (``lowered.json``,
+  with the artifact's sha256; the entry lists every file's sha256), keyed by the model
   (spec, weights sha256, the entry module's source), the variant's settings, the capture order,
   the calibration data and settings it used, the toolchain versions and edgeship's own source;
 - **reference**: the evaluation inputs, the float model's outputs on them and the model's facts
@@ -11,6 +12,10 @@ Three levels, all in :mod:`edgeship.cache` (``artifacts/.cache``, entries writte
   previous results.json with every file intact, and reuses the whole output without importing
   torch. Measurements are reused from the previous results.json (same artifact sha256, inputs and
   latency settings) unless ``--remeasure``.
+
+Every restore is checked: the entry's files against the sha256 list stored with them, the artifact
+against ``lowered.json`` and the copy against both. A damaged entry is discarded and the stage
+computed again, and the build says so.
 
 What is not hashed: modules the entry module imports from elsewhere (their package versions are,
 through the toolchain). Edit one of those and run ``edgeship cache clear`` or ``--remeasure``.
@@ -29,7 +34,7 @@ from edgeship.cache import Cache, cache_key
 from edgeship.config import ENTRY_PATTERN
 from edgeship.devices.hashing import sha256_file, sha256_path
 from edgeship.entry import entry_source
-from edgeship.fsutil import atomic_output, atomic_write_text
+from edgeship.fsutil import atomic_write_text, no_space_is_output_error, remove_path
 from edgeship.pipeline.plan import Plan
 from edgeship.profile.models import Variant
 from edgeship.quantize.settings import needs_calibration
@@ -71,9 +76,13 @@ def module_fingerprint(module: str, base_dir: Path | None) -> str:
 
 
 def model_key(spec: Any) -> dict[str, Any]:
-    """What identifies the float model: its spec, weights and the entry module's source."""
-    return {"spec": spec.model_dump(mode="json"),
+    """What identifies the float model: its spec, weights, the entry module's source, the seed its
+    construction is seeded with (without weights, the seed decides the weights; the reference entry
+    records the built state_dict's sha256, which a model loaded later must match) and the labels
+    file's content (its class order numbers an image folder's classes: the evaluation labels)."""
+    return {"spec": spec.model_dump(mode="json"), "seed": spec.seed,
             "weights": sha256_file(spec.weights) if spec.weights else None,
+            "labels": sha256_file(spec.labels) if spec.labels else None,
             "entry_source": module_fingerprint(spec.entry.split(":")[0], spec.base_dir)}
 
 
@@ -109,21 +118,33 @@ class StageKeys:
 
 
 def restore_artifact(cache: Cache, key: dict[str, Any], folder: Path) -> dict[str, Any] | None:
-    """Put a cached variant folder at ``folder`` (kept when already identical); None on a miss."""
-    entry = cache.entry_path("artifact", cache_key(key))
-    record_path = entry / LOWERED
-    if not record_path.is_file():
+    """Copy a cached variant folder to ``folder`` (the build's staging folder), checked: None on a
+    miss, or when the entry is damaged (then it is discarded, with a line in ``cache.notices``)."""
+    entry = cache.get("artifact", key, redo="lowering again")
+    if entry is None:
         return None
-    record = json.loads(record_path.read_text())
-    target = folder / record["file"]
-    if not (target.exists() and sha256_path(target) == record["sha256"]):
-        with atomic_output(folder) as tmp:
-            shutil.copytree(entry / "files", tmp)
-    return record
+    record = json.loads((entry.path / LOWERED).read_text())
+    source = entry.path / "files" / record["file"]
+    problem = None
+    if not (source.exists() and sha256_path(source) == record["sha256"]):
+        problem = f"files/{record['file']}: sha256 differs from the one in {LOWERED}"
+    else:
+        remove_path(folder)
+        with no_space_is_output_error(folder):
+            shutil.copytree(entry.path / "files", folder)
+        if sha256_path(folder / record["file"]) != record["sha256"]:
+            problem = f"the copy of files/{record['file']} read back with another sha256"
+    if problem is None:
+        return record
+    remove_path(folder)
+    cache.discard(entry.path)
+    cache.notices.append(f"stage cache entry artifact/{entry.key} is damaged ({problem}); discarded, lowering again")
+    return None
 
 
 def store_artifact(cache: Cache, key: dict[str, Any], folder: Path, record: dict[str, Any]) -> None:
-    """Keep a freshly lowered variant folder and its lowering record (``file`` relative to the folder)."""
+    """Keep a freshly lowered variant folder and its lowering record (``file`` relative to the folder);
+    the cache lists every file's sha256, checked on each restore."""
     def fill(dest: Path) -> None:
         shutil.copytree(folder, dest / "files", ignore=shutil.ignore_patterns("lowering.log"))
         atomic_write_text(dest / LOWERED, json.dumps(record, indent=1, default=str))

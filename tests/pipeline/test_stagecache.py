@@ -6,9 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
+from edgeship.cache import Cache, cache_key
 from edgeship.cli import main
+from edgeship.devices.hashing import sha256_path
+from edgeship.pipeline.stagecache import restore_artifact, store_artifact
 from tests.conftest import REPO, write_profile
 from tests.models.tinynet import build
 
@@ -91,3 +95,68 @@ def test_stagecache_clear_empties_the_cache(capsys, tiny_project, tmp_path, monk
     assert main(["cache", "info"]) == 0 and "entries" in capsys.readouterr().out
     assert main(["cache", "clear"]) == 0 and "cleared" in capsys.readouterr().out
     assert not (tmp_path / "cache").exists()
+
+
+def _stored(tmp_path: Path) -> tuple[Cache, dict, Path]:
+    cache, key, folder = Cache(tmp_path / "cache"), {"variant": "ort"}, tmp_path / "lowered"
+    folder.mkdir()
+    (folder / "model.onnx").write_bytes(b"onnx" * 1000)
+    (folder / "sensitivity.json").write_text("{}")
+    store_artifact(cache, key, folder, {"file": "model.onnx", "sha256": sha256_path(folder / "model.onnx")})
+    return cache, key, cache.entry_path("artifact", cache_key(key))
+
+
+def test_stagecache_restore_copies_a_checked_entry_into_the_staging_folder(tmp_path: Path) -> None:
+    cache, key, _ = _stored(tmp_path)
+    record = restore_artifact(cache, key, tmp_path / "staged" / "ort")
+    assert record is not None and sorted(p.name for p in (tmp_path / "staged" / "ort").iterdir()) == [
+        "model.onnx", "sensitivity.json"]
+    assert sha256_path(tmp_path / "staged" / "ort" / "model.onnx") == record["sha256"] and not cache.notices
+
+
+@pytest.mark.parametrize("name", ["model.onnx", "sensitivity.json"])
+def test_stagecache_truncated_entry_is_discarded_with_a_notice_when_lowered_json_still_agrees(
+        tmp_path: Path, name: str) -> None:
+    cache, key, entry = _stored(tmp_path)
+    damaged = entry / "files" / name
+    damaged.write_bytes(damaged.read_bytes()[:1])
+    assert restore_artifact(cache, key, tmp_path / "staged" / "ort") is None
+    assert not entry.exists() and not (tmp_path / "staged" / "ort").exists()
+    assert cache.notices == [f"stage cache entry artifact/{entry.name} is damaged (files/{name}: sha256 differs "
+                             "from the one stored with it); discarded, lowering again"]
+
+
+def test_stagecache_entry_whose_artifact_disagrees_with_lowered_json_is_discarded(tmp_path: Path) -> None:
+    cache, key, entry = _stored(tmp_path)
+    record = json.loads((entry / "lowered.json").read_text())
+    (entry / "files" / "model.onnx").write_bytes(b"other")
+    # the sha256 list agrees with the damage (as if written so): lowered.json's sha256 still catches it
+    listing = json.loads((entry / "key.json").read_text())
+    listing["files"]["files/model.onnx"] = sha256_path(entry / "files" / "model.onnx")
+    (entry / "key.json").write_text(json.dumps(listing))
+    assert record["sha256"] != listing["files"]["files/model.onnx"]
+    assert restore_artifact(cache, key, tmp_path / "staged" / "ort") is None
+    assert "sha256 differs from the one in lowered.json" in cache.notices[0]
+
+
+@pytest.mark.parametrize("command", ["clear", "info"])
+def test_stagecache_cache_command_refuses_a_folder_of_user_files(capsys, tmp_path, monkeypatch, command) -> None:
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "cat.jpg").write_bytes(b"jpeg")
+    monkeypatch.setenv("EDGESHIP_CACHE_DIR", str(folder))
+    assert main(["cache", command]) == 2
+    err = capsys.readouterr().err
+    assert f"cache folder {folder}: not an edgeship cache" in err and "cat.jpg" in err
+    assert (folder / "cat.jpg").read_bytes() == b"jpeg"
+
+
+def test_stagecache_build_refuses_a_cache_folder_of_user_files(capsys, tiny_project, tmp_path, monkeypatch) -> None:
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "cat.jpg").write_bytes(b"jpeg")
+    monkeypatch.setenv("EDGESHIP_CACHE_DIR", str(folder))
+    code = main(["build", "--target", str(write_profile(tmp_path, ORT)), "--model", str(tiny_project / "model.toml"),
+                 "--out", str(tmp_path / "out")])
+    assert code == 2 and "not an edgeship cache" in capsys.readouterr().err
+    assert [p.name for p in folder.iterdir()] == ["cat.jpg"] and not (tmp_path / "out" / "results.json").exists()

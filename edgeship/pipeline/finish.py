@@ -1,0 +1,88 @@
+"""The end of a build: reports, bundles and results.json written (staged), published into the build
+folder as a whole, then recorded in the results store; and the unchanged path's repairs.
+
+The store comes last, after the files: when it cannot take the build (a locked SQLite file, a
+server away), the folder is already whole, the build is kept in ``.edgeship-unrecorded.json``, and
+the next build into the folder (unchanged or not) records it first.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from edgeship.errors import StoreError
+from edgeship.fsutil import remove_path
+from edgeship.pipeline.bundle import report_and_bundle
+from edgeship.pipeline.output import INCOMPLETE, RESULTS, UNRECORDED, BuildFiles, BuildFolder
+from edgeship.pipeline.plan import Plan
+from edgeship.progress import Progress
+from edgeship.results import Results
+
+
+@dataclass
+class Unchanged:
+    """A previous build this one is identical to: its results, its manifest, and the reports or
+    bundles in the folder that are not that build's (written again from its results)."""
+
+    results: Results
+    doc: BuildFiles
+    stale: list[str]
+
+
+def publish_build(plan: Plan, folder: BuildFolder, results: Results, progress: Progress) -> None:
+    """Reports, bundles and results.json into the staging folder, then all of it into the build folder."""
+    report_and_bundle(plan, results, progress, folder.staged)
+    results.write(folder.staged / RESULTS)
+    if plan.store is not None:
+        folder.stage_pending(uuid.uuid4().hex[:16], plan.store.display_url, results)
+    with progress.step(f"publish into {plan.out_dir}") as status:
+        messages = folder.publish(results.build_key, [v.name for v in plan.profile.variants])
+        status["result"] = f"wrote {plan.out_dir / RESULTS}"
+    for line in messages:
+        progress.info(line)
+
+
+def record_build(plan: Plan, folder: BuildFolder, results: Results, progress: Progress) -> None:
+    """Record the published build in the results store (StoreError, exit 2, when it cannot: the files
+    are whole, and the next build into the folder records it)."""
+    pending = folder.pending()
+    if plan.store is None or pending is None:
+        return
+    try:
+        build_id = plan.store.record(results, build_id=pending.build_id)
+    except StoreError as e:
+        raise StoreError(f"{e}. The files in {plan.out_dir} are written and consistent; the next build into it "
+                         f"records this build (kept in {folder.root / UNRECORDED})") from None
+    folder.clear_pending()
+    progress.info(f"recorded build {build_id} in {plan.store.display_url}")
+
+
+def record_pending(plan: Plan, folder: BuildFolder, progress: Progress) -> None:
+    """Record a build that an earlier run wrote but the results store could not take then."""
+    pending = folder.pending()
+    if plan.store is None or pending is None:
+        return
+    try:
+        build_id = plan.store.record(pending.results, build_id=pending.build_id)
+    except StoreError as e:
+        raise StoreError(f"{e}. It is the build of {pending.results.created} in {plan.out_dir}, written but not yet "
+                         f"recorded (kept in {folder.root / UNRECORDED}); nothing was built: run again when the "
+                         "database can be written") from None
+    folder.clear_pending()
+    progress.info(f"recorded build {build_id} of {pending.results.created} in {plan.store.display_url} (the results "
+                  f"database could not take it then: {pending.database})")
+
+
+def reuse_output(plan: Plan, folder: BuildFolder, unchanged: Unchanged, progress: Progress) -> None:
+    """An unchanged build's folder made whole again: reports and bundles that are not its own written
+    again from its results.json (nothing lowered or measured), then its manifest."""
+    if (folder.root / INCOMPLETE).exists() and not unchanged.stale:
+        progress.info(f"a build into {plan.out_dir} was stopped before it finished; the files there are whole "
+                      f"(the build of {unchanged.results.created}) and check out")
+    if unchanged.stale:
+        progress.info(f"{', '.join(unchanged.stale)} in {plan.out_dir}: missing or not this build's; writing "
+                      "them again from results.json")
+        report_and_bundle(plan, unchanged.results, progress, plan.out_dir)
+    if unchanged.stale or (folder.root / INCOMPLETE).exists():
+        folder.settle(unchanged.doc)
+    remove_path(folder.staged)  # what a build killed while publishing left there
