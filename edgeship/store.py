@@ -80,7 +80,10 @@ class ResultsStore:
         except sa.exc.ArgumentError as e:
             raise StoreError(f"results database URL {self.url!r}: {e}") from None
         if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            except (OSError, ValueError) as e:  # a parent that is a file, a NUL in the path, ...
+                raise StoreError(f"results database {self.url}: cannot make its folder: {first_line(e)}") from None
         try:
             self.engine = sa.create_engine(parsed)
             self.metadata = sa.MetaData()
@@ -88,7 +91,7 @@ class ResultsStore:
             self.metadata.create_all(self.engine)
         except ImportError as e:
             raise StoreError(f"results database {self.url}: its driver is not installed: {e}") from None
-        except sa.exc.SQLAlchemyError as e:
+        except (sa.exc.SQLAlchemyError, OSError, ValueError) as e:
             raise StoreError(f"results database {self.url}: cannot open it: {first_line(e)}") from None
 
     @property

@@ -126,3 +126,12 @@ def test_store_locked_database_is_a_store_error_naming_it(tmp_path: Path) -> Non
 def test_store_display_url_hides_the_password() -> None:
     assert ResultsStore.__dict__["display_url"].fget(SimpleNamespace(url="postgresql://u:secret@h/db")) == \
         "postgresql://u:***@h/db"
+
+
+@pytest.mark.parametrize("where", ["parent-is-a-file", "nul-byte"])
+def test_store_unusable_sqlite_path_is_a_store_error_naming_it(tmp_path: Path, where: str) -> None:
+    (tmp_path / "afile").write_text("user data")
+    url = f"sqlite:///{tmp_path}/afile/x.db" if where == "parent-is-a-file" else f"sqlite:///{tmp_path}/a\0b/x.db"
+    with pytest.raises(StoreError, match="results database sqlite:///"):
+        ResultsStore(url)
+    assert (tmp_path / "afile").read_text() == "user data"
