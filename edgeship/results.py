@@ -6,6 +6,7 @@ not be taken is None with the reason in ``notes``, never a made-up number.
 from __future__ import annotations
 
 import json
+import math
 import platform
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,6 +35,14 @@ class Accuracy(ResultModel):
     sqnr_db: float | None = Field(None, description="None when outputs equal the float ones (infinite).")
     cosine: float | None = None
     max_abs_err: float | None = None
+    non_finite: int | None = Field(
+        None, description="How many output values were NaN or inf; when > 0 every figure above is null "
+                          "and the variant fails its check.")
+    informative: bool = Field(
+        True, description="False when the float model's outputs carry no information to compare against "
+                          "(non-finite, all zero, constant, or constant evaluation inputs): the figures "
+                          "prove nothing and reports show 'not informative'.")
+    uninformative_reason: str | None = Field(None, description="Why informative is false.")
 
 
 class Latency(ResultModel):
@@ -62,6 +71,9 @@ class Latency(ResultModel):
         None, description="Accuracy of the outputs this device returned; None when it returned none.")
     inputs_sha256: str | None = Field(
         None, description="sha256 of the evaluation inputs the device ran (build --resume compares it).")
+    reference_sha256: str | None = Field(
+        None, description="sha256 of the float model's outputs and the labels this row's accuracy was computed "
+                          "against (build --resume compares it).")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -124,6 +136,9 @@ class ModelInfo(ResultModel):
     inputs: list[dict[str, Any]]
     params: int
     flops: int | None = None
+    seed: int | None = Field(
+        None, description="Seed of torch, numpy and random when the entry callable built the module (the "
+                          "model spec's seed): what a model without weights file is initialised from.")
     outputs: list[dict[str, Any]] = Field(
         default_factory=list, description="The float model's first output: shape (batch first) and dtype.")
 
@@ -140,9 +155,13 @@ class Results(ResultModel):
     selection: Selection | None = Field(None, description="The [selection] outcome; None when the profile has none.")
     build_key: str | None = Field(None, description="Hash of everything the build read: an unchanged re-build "
                                                     "with the same key reuses this output (stage cache).")
+    notes: list[str] = Field(default_factory=list, description="Build-level notes: requested devices that "
+                                                               "measured nothing, values written as null.")
 
     def dump(self) -> str:
-        return json.dumps(self.model_dump(mode="json", by_alias=True), indent=2) + "\n"
+        """Strict JSON: a non-finite number (not JSON) is written as null with a note beside it."""
+        return json.dumps(finite_document(self.model_dump(mode="json", by_alias=True)), indent=2,
+                          allow_nan=False) + "\n"
 
     def write(self, path: Path) -> None:
         """Write atomically, so a reader never sees a half-written file."""
@@ -154,6 +173,23 @@ class Results(ResultModel):
 
     def variant(self, name: str) -> VariantResult:
         return next(v for v in self.variants if v.name == name)
+
+
+def finite_document(doc: Any, path: str = "", notes: list[str] | None = None) -> Any:
+    """``doc`` (a fresh dump, changed in place) with every NaN or inf replaced by None, and a note in
+    the ``notes`` of the nearest enclosing object that has them, naming the field and the value."""
+    if isinstance(doc, dict):
+        notes = doc["notes"] if isinstance(doc.get("notes"), list) else notes
+        for key, value in doc.items():
+            doc[key] = finite_document(value, f"{path}.{key}" if path else str(key), notes)
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            doc[i] = finite_document(value, f"{path}[{i}]", notes)
+    elif isinstance(doc, float) and not math.isfinite(doc):
+        if notes is not None:
+            notes.append(f"{path} was {doc} (not a finite number): written as null")
+        return None
+    return doc
 
 
 def now_utc() -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeship.calibration.dataset import Dataset
+from edgeship.calibration.dataset import Dataset, refuse_non_finite
 from edgeship.entry import import_entry, importable
 from edgeship.errors import DataError, first_line
 from edgeship.spec import ModelSpec
@@ -61,12 +61,23 @@ def _split(batch: Any, names: list[str], entry: str, index: int) -> tuple[dict[s
             raise DataError(f"data source {entry}: batch {index} has keys {', '.join(map(str, batch))}; "
                             f"expected {', '.join(names)} (and optionally y)")
         labels = batch.get("y")
-        return {n: _array(batch[n]) for n in names}, None if labels is None else _array(labels).astype(np.int64)
+        return {n: _array(batch[n]) for n in names}, None if labels is None else _labels(labels, entry, index)
     items = list(batch) if isinstance(batch, (tuple, list)) else [batch]
     if len(items) != len(names):
         raise DataError(f"data source {entry}: batch {index} holds {len(items)} arrays; the model takes "
                         f"{len(names)} input(s): {', '.join(names)}")
     return {n: _array(a) for n, a in zip(names, items)}, None
+
+
+def _labels(value: Any, entry: str, index: int) -> np.ndarray:
+    """A batch's ``y`` as int64 class indices; DataError for NaN/inf or fractional values (a cast
+    would turn them into arbitrary classes)."""
+    y = _array(value)
+    refuse_non_finite(y, f"data source {entry}: batch {index}: y")
+    if np.issubdtype(y.dtype, np.inexact) and not np.array_equal(y, np.round(y)):
+        raise DataError(f"data source {entry}: batch {index}: y holds fractional values; labels are integer "
+                        "class indices")
+    return y.astype(np.int64)
 
 
 def _array(value: Any) -> np.ndarray:

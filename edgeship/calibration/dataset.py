@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgeship.errors import DataError
+
 
 @dataclass
 class Dataset:
@@ -46,6 +48,19 @@ class Dataset:
                 part = {k: np.concatenate([v, np.repeat(v[-1:], short, axis=0)]) for k, v in part.items()}
             out.append(part)
         return out
+
+
+def refuse_non_finite(array: np.ndarray, what: str, after: str = "") -> None:
+    """DataError naming ``what`` (file and key) and the count when ``array`` holds NaN or inf:
+    NaN inputs make every accuracy figure NaN, and inf breaks int8 calibration ranges."""
+    a = np.asarray(array)
+    if not np.issubdtype(a.dtype, np.inexact):
+        return
+    bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+    if bad:
+        nan = int(np.count_nonzero(np.isnan(a)))
+        raise DataError(f"{what} holds {bad} non-finite value(s) ({nan} NaN, {bad - nan} inf) of {a.size}{after}; "
+                        "calibration and evaluation data must be finite numbers")
 
 
 def sample_indices(n: int, limit: int | None, seed: int) -> np.ndarray:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeship.calibration.callables import read_callable
-from edgeship.calibration.dataset import Dataset
+from edgeship.calibration.dataset import Dataset, refuse_non_finite
 from edgeship.calibration.images import read_image_folder
 from edgeship.calibration.npz import read_npz
 from edgeship.config import ENTRY_PATTERN
@@ -62,7 +62,12 @@ def _fit_input(array: np.ndarray, inp: InputSpec, source: str) -> np.ndarray:
     target = np.dtype(inp.dtype)
     if np.issubdtype(target, np.floating) != np.issubdtype(array.dtype, np.floating):
         raise DataError(f"{source}: input {inp.name!r} has dtype {array.dtype}, the model takes {inp.dtype}")
-    return np.ascontiguousarray(array.astype(target, copy=False))
+    refuse_non_finite(array, f"{source}: input {inp.name!r}")
+    with np.errstate(over="ignore"):  # a value beyond the spec's dtype becomes inf: refused just below
+        fitted = np.ascontiguousarray(array.astype(target, copy=False))
+    refuse_non_finite(fitted, f"{source}: input {inp.name!r}", f" after conversion to {inp.dtype} "
+                      "(values beyond its range)")
+    return fitted
 
 
 def random_dataset(spec: ModelSpec, n: int, seed: int = 0) -> Dataset:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeship.calibration.dataset import Dataset
+from edgeship.calibration.dataset import Dataset, refuse_non_finite
 from edgeship.errors import DataError
 from edgeship.spec import ModelSpec
 
@@ -26,6 +26,8 @@ def read_npz(path: Path, spec: ModelSpec) -> Dataset:
         want = "x" if len(names) == 1 else ", ".join(names)
         raise DataError(f"{path}: missing array(s) {', '.join(missing)}; expected {want} "
                         f"(and optionally y); found {', '.join(arrays) or 'none'}")
+    for key in keys:
+        refuse_non_finite(arrays[key], f"{path}: array {key!r}")
     inputs = {name: arrays[key] for name, key in zip(names, keys)}
     labels = arrays.get("y")
     if labels is not None:

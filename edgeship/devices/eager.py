@@ -17,7 +17,9 @@ __all__ = ["EagerRunner", "Runner", "main", "open_runner"]
 
 
 class EagerRunner(TorchRunner):
-    """The float module built from the job's model spec (options: spec, base_dir, trust_weights)."""
+    """The float module built from the job's model spec (options: spec, base_dir, trust_weights),
+    by the build's own ``load_model``: seeded from the spec's ``seed``, so a model without weights
+    file gets the same random weights here as in the build (its eager row checks it)."""
 
     runtime = "eager"
     imports = ("torch", "edgeship.model")

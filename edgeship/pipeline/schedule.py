@@ -4,7 +4,8 @@ Each device gets one worker thread that runs its tasks one at a time, each insid
 OS lock (:mod:`edgeship.devices.lock`), so a device never times two things at once, in this build
 or another. A device that drops out fails only its own tasks; every other device's results stay.
 With ``build --resume`` a pair already measured in the previous results.json (same artifact
-sha256, same evaluation inputs, same warmup / iterations / threads) is reused, not measured again.
+sha256, same evaluation inputs, same float outputs and labels, same warmup / iterations / threads)
+is reused, not measured again. A requested device that measured nothing fails the build.
 """
 from __future__ import annotations
 
@@ -21,7 +22,14 @@ from edgeship.devices import Device, Job
 from edgeship.devices.base import MeasurementError
 from edgeship.devices.lock import DeviceLock, describe
 from edgeship.errors import first_line
-from edgeship.pipeline.validate import Measurement, Reference, accuracy_notes, accuracy_of, measure
+from edgeship.pipeline.validate import (
+    Measurement,
+    Reference,
+    accuracy_notes,
+    accuracy_of,
+    measure,
+    reference_gates,
+)
 from edgeship.profile import LatencySettings
 from edgeship.progress import Progress
 from edgeship.results import Latency, ModelInfo, Results, VariantResult, now_utc
@@ -46,10 +54,12 @@ class Task:
 @dataclass
 class ReuseKey:
     """What must be unchanged for a previous measurement to be reused: the float model (for the
-    eager row: entry, weights, parameter count) and the evaluation inputs."""
+    eager row: entry, weights, parameter count), the evaluation inputs, and what a row's accuracy
+    is computed against (the float outputs and the labels: ``reference_sha256``)."""
 
     model: tuple
     inputs_sha256: str
+    reference_sha256: str | None = None
 
 
 def plan_tasks(jobs: list[tuple[VariantResult, Job, str | None]], devices: list[Device], work: Path,
@@ -91,6 +101,8 @@ def reusable(previous: Results, row: VariantResult, device: str, job: Job,
         return None, "not measured there before"
     if lat.inputs_sha256 != current.inputs_sha256:
         return None, "evaluation inputs changed"
+    if lat.reference_sha256 != current.reference_sha256:  # its accuracy would be computed against other labels
+        return None, "float outputs or labels changed"
     if (lat.warmup, lat.iterations) != (job.warmup, job.iterations) or (job.threads and lat.threads != job.threads):
         return None, "latency settings changed"
     lat = lat.model_copy(deep=True)
@@ -176,12 +188,13 @@ def previous_results(path: Path, resume: bool, progress: Progress) -> Results | 
 
 def record_measurements(row: VariantResult, tasks: list[Task], ref: Reference, inputs_sha256: str) -> None:
     """Put each task's latency row on the variant, in device order, with the accuracy of that
-    device's own outputs; the variant's accuracy is the first device's that returned outputs."""
+    device's own outputs; the variant's accuracy is the first device's that returned outputs.
+    The eager row gets its own checks (:func:`~edgeship.pipeline.validate.reference_gates`)."""
     for task in tasks:
         lat = task.reused
         if lat is None:
             lat = task.result.latency
-            lat.inputs_sha256 = inputs_sha256
+            lat.inputs_sha256, lat.reference_sha256 = inputs_sha256, ref.sha256
             if task.result.outputs is not None:
                 lat.accuracy = accuracy_of(ref, task.result.outputs)[0]
         row.latency.append(lat)
@@ -190,3 +203,29 @@ def record_measurements(row: VariantResult, tasks: list[Task], ref: Reference, i
         row.accuracy = first.accuracy
         row.notes += [f"accuracy from outputs on {first.device}"] + accuracy_notes(first.accuracy,
                                                                                   ref.data.labels is not None)
+    if row.backend == "eager":
+        row.gates = reference_gates(ref, row.accuracy)
+
+
+def unmeasured_devices(rows: list[VariantResult], devices: list[str]) -> list[str]:
+    """Each requested device that measured nothing in this build (no timing for any variant, fresh
+    or reused), as "requested device NAME measured nothing: why". A device that merely cannot run
+    one runtime still measured the rest; an adb device's rows have timings without outputs, and
+    count as measured."""
+    out = []
+    for name in devices:
+        rows_there = [lat for row in rows for lat in row.latency if lat.device == name]
+        if any(lat.p50_ms is not None or lat.mean_ms is not None for lat in rows_there):
+            continue
+        failed = [n.removeprefix("not measured: ") for lat in rows_there for n in lat.notes
+                  if n.startswith("not measured")]
+        skipped = [n.removeprefix(f"{name}: not measured here: ") for row in rows for n in row.notes
+                   if n.startswith(f"{name}: not measured here: ")]
+        if failed:
+            why = failed[0]
+        elif skipped:
+            why = f"it can run none of this build's variants ({'; '.join(dict.fromkeys(skipped))})"
+        else:
+            why = "no variant was measured there"
+        out.append(f"requested device {name} measured nothing: {why}")
+    return out

@@ -94,8 +94,9 @@ def accuracy_chart(report: Report) -> Chart:
 
 
 def _acc(line: Line, device: str | None, key: str) -> float | None:
+    """The figure in percent; None where not measured or not informative (never plotted)."""
     acc = line.accuracy(device)
-    value = getattr(acc, key) if acc is not None else None
+    value = getattr(acc, key) if acc is not None and acc.informative else None
     return 100 * value if value is not None else None
 
 

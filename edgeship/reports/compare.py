@@ -4,7 +4,9 @@ devices, and the same model across builds, with regressions flagged.
 Rows come from the results store (``--db URL``) and from the results files given, which are
 turned into the same rows by recording them into an in-memory store, so both are compared
 alike. A regression is a build whose p50 on a device is slower than the previous build's by more
-than a threshold, or whose top-1 on that device is lower by more than a tolerance.
+than a threshold, or whose top-1 on that device is lower by more than a tolerance. Only new
+measurements are compared: a row a later build reused (``build --resume``: same ``measured_at``
+and artifact) is the earlier measurement, not a new one.
 """
 from __future__ import annotations
 
@@ -111,20 +113,32 @@ def across_devices(rows: list[Row]) -> list[DeviceComparison]:
 
 
 def across_builds(rows: list[Row], threshold_pct: float, top1_tolerance: float) -> list[Change]:
-    """The last two builds of every (model, target, variant, device) measured in two or more."""
+    """The last two measurements of every (model, target, variant, device) measured in two or more
+    builds, in the order they were measured."""
     groups: dict[tuple[str, str, str, str], dict[str, Row]] = defaultdict(dict)
     for r in rows:
         if r["device"]:
             groups[(r["model"], r["target"], r["variant"], r["device"])][r["build_id"]] = r
     out = []
     for key, by_build in groups.items():
-        if len(by_build) < 2:
+        measured = measurements(list(by_build.values()))
+        if len(measured) < 2:
             continue
-        *_, before, after = by_build.values()
-        change = Change(key, before, after, len(by_build))
+        *_, before, after = measured
+        change = Change(key, before, after, len(measured))
         change.regressions = regressions(change, threshold_pct, top1_tolerance)
         out.append(change)
     return out
+
+
+def measurements(rows: list[Row]) -> list[Row]:
+    """One row per measurement, oldest measured first: a row with the ``measured_at`` and artifact
+    of an earlier one was reused from it (the earlier build's row is kept)."""
+    seen: dict[tuple[Any, ...], Row] = {}
+    for r in rows:
+        stamp = r.get("measured_at")
+        seen.setdefault((stamp, r.get("artifact_sha256")) if stamp else ("build", r["build_id"]), r)
+    return sorted(seen.values(), key=lambda r: r.get("measured_at") or r["created"])
 
 
 def regressions(change: Change, threshold_pct: float, top1_tolerance: float) -> list[str]:

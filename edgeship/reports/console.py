@@ -40,6 +40,10 @@ def _accuracy(v: VariantResult) -> tuple[str, str]:
     a = v.accuracy
     if a is None:
         return "-", "-"
+    if not a.informative:
+        return "not informative", "not informative"
+    if a.non_finite:
+        return "NaN/inf", "NaN/inf"
     top1 = "-" if a.top1 is None else f"{100 * a.top1:.2f}%"
     if a.sqnr_db is not None:
         sqnr = f"{a.sqnr_db:.1f}"
@@ -56,7 +60,7 @@ def _p50(v: VariantResult, device: str) -> str:
 
 
 def _gates(v: VariantResult) -> str:
-    if v.backend == "eager":
+    if v.backend == "eager" and v.gates.passed:
         return "reference"
     if v.gates.passed:
         return "[green]pass[/green]"

@@ -1,7 +1,9 @@
 """results.csv: one row per (variant, device), every measured field, for spreadsheets and scripts.
 
-Empty cells are values that were not measured; the ``not_measured`` column says why. A variant
-measured on no device gets one row with an empty device.
+Empty cells are values that were not measured; the ``not_measured`` column says why. Accuracy that
+is not informative (``accuracy_informative`` false: the float model's outputs carry no information)
+leaves the accuracy cells empty too, with the reason. A variant measured on no device gets one row
+with an empty device.
 """
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ VARIANT = ["variant", "backend", "precision", "quantization", "file", "size_byte
 LATENCY = ["device", "runtime", "threads", "warmup", "iterations", "p50_ms", "p90_ms", "p99_ms", "mean_ms",
            "std_ms", "cv", "load_ms", "peak_rss_mb", "measured_at"]
 ACCURACY = ["samples", "top1", "top1_drop", "agreement", "sqnr_db", "cosine", "max_abs_err"]
-COLUMNS = BUILD + VARIANT + LATENCY + ["speedup_vs_eager"] + ACCURACY + ["gates_passed", "gate_failures",
-                                                                         "not_measured"]
+COLUMNS = BUILD + VARIANT + LATENCY + ["speedup_vs_eager"] + ACCURACY + ["accuracy_informative", "gates_passed",
+                                                                         "gate_failures", "not_measured"]
 
 
 def render_csv(report: Report) -> str:
@@ -47,7 +49,8 @@ def csv_row(report: Report, line: Line, device: str | None) -> dict[str, Any] | 
     row.update({k: getattr(lat, k) if lat else None for k in LATENCY}, device=device)
     row["speedup_vs_eager"] = _speedup(report, line, lat)
     acc = line.accuracy(device)
-    row.update({k: getattr(acc, k) if acc else None for k in ACCURACY})
+    row.update({k: getattr(acc, k) if acc and acc.informative else None for k in ACCURACY})
+    row["accuracy_informative"] = acc.informative if acc else None
     row["gates_passed"] = v.gates.passed
     row["gate_failures"] = "; ".join(v.gates.failures)
     row["not_measured"] = _why(line, device, lat, acc)
@@ -68,4 +71,8 @@ def _why(line: Line, device: str | None, lat: Latency | None, acc: Any) -> str:
         reasons.append(why_no_latency(line, device) if device else why_no_accuracy(line))
     if acc is None and line.variant.error is None:
         reasons.append(why_no_accuracy(line))
+    elif acc is not None and not acc.informative:
+        reasons.append(f"accuracy not informative: {acc.uninformative_reason}")
+    elif acc is not None and acc.non_finite:
+        reasons.append(f"outputs contain {acc.non_finite} non-finite values (NaN or inf)")
     return "; ".join(dict.fromkeys(reasons))

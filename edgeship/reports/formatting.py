@@ -7,6 +7,8 @@ from __future__ import annotations
 from edgeship.reports.rows import Line, Report, Shown, why_no_accuracy, why_no_field, why_no_latency
 
 NOT_MEASURED = "not measured"
+NOT_INFORMATIVE = "not informative"
+NON_FINITE = "NaN/inf"
 
 
 def ms(value: float) -> str:
@@ -60,10 +62,16 @@ def relative(line: Line, device: str, first: str) -> Shown:
 
 
 def accuracy(line: Line, key: str, device: str | None = None) -> Shown:
-    """top1, top1_drop, agreement or sqnr_db of ``line``, formatted."""
+    """top1, top1_drop, agreement or sqnr_db of ``line``, formatted; "not informative" (never a
+    number) when the float model's outputs carry no information, "NaN/inf" for non-finite outputs."""
     acc = line.accuracy(device)
     if acc is None:
         return Shown(NOT_MEASURED, why_no_accuracy(line))
+    if not acc.informative:
+        return Shown(NOT_INFORMATIVE, f"accuracy not informative: {acc.uninformative_reason}")
+    if acc.non_finite:
+        return Shown(NON_FINITE, f"{line.variant.name}: outputs contain {acc.non_finite} non-finite values (NaN or "
+                                 "inf); no accuracy figure is computed from them")
     value = getattr(acc, key)
     if value is None:
         if key == "sqnr_db" and acc.max_abs_err == 0.0:
@@ -78,6 +86,6 @@ def accuracy(line: Line, key: str, device: str | None = None) -> Shown:
 
 def gates(line: Line) -> Shown:
     v = line.variant
-    if v.backend == "eager":
+    if v.backend == "eager" and v.gates.passed:
         return Shown("reference")
     return Shown("pass" if v.gates.passed else "FAIL: " + "; ".join(v.gates.failures))

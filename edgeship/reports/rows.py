@@ -7,13 +7,16 @@ latency row's notes). Nothing here computes a measurement, only ratios of measur
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from edgeship.errors import ReportError
-from edgeship.results import Accuracy, Latency, Results, VariantResult
+from edgeship.results import SCHEMA, Accuracy, Latency, Results, VariantResult
+
+SUPPORTED_SCHEMAS = (SCHEMA,)
 
 
 @dataclass(frozen=True)
@@ -96,11 +99,23 @@ def load_builds(paths: list[Path]) -> list[Build]:
 
 def _read(path: Path) -> Results:
     try:
-        return Results.read(path)
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ReportError(f"{path}: file not found") from None
     except IsADirectoryError:
         raise ReportError(f"{path}: is a folder; give the results.json inside it") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ReportError(f"{path}: not a results.json: not JSON text ({e})") from None
+    except OSError as e:
+        raise ReportError(f"{path}: cannot be read: {e.strerror or e}") from None
+    if not isinstance(doc, dict) or "schema" not in doc:
+        raise ReportError(f"{path}: not a results.json: no top-level \"schema\" field")
+    schema = doc["schema"]
+    if type(schema) is not int or schema not in SUPPORTED_SCHEMAS:  # not True, not 1.0
+        raise ReportError(f"{path}: results.json schema {json.dumps(schema)} is not one this edgeship reads "
+                          f"(supported: {', '.join(map(str, SUPPORTED_SCHEMAS))})")
+    try:
+        return Results.model_validate(doc)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgeship.devices.base import Job, JobResult, TransportError
-from edgeship.pipeline.schedule import ReuseKey, Task, measure_all, plan_tasks, reusable
+from edgeship.pipeline.schedule import ReuseKey, Task, measure_all, plan_tasks, reusable, unmeasured_devices
 from edgeship.profile import LatencySettings
 from edgeship.progress import Progress
 from edgeship.results import Latency, ModelInfo, Results, VariantResult
@@ -103,7 +103,8 @@ def test_plan_tasks_notes_why_a_device_does_not_run_a_job(tmp_path) -> None:
 
 def previous(sha: str = "a" * 64, **latency) -> Results:
     lat = Latency(device="board", runtime="onnxruntime 1.32.0", warmup=1, iterations=4, threads=1, p50_ms=2.0,
-                  mean_ms=2.0, inputs_sha256="in", measured_at="2026-01-01T00:00:00Z", **latency)
+                  mean_ms=2.0, inputs_sha256="in", reference_sha256="ref", measured_at="2026-01-01T00:00:00Z",
+                  **latency)
     variant = VariantResult(name="ort", backend="onnx", precision="fp32", sha256=sha, latency=[lat])
     return Results(target="t", created="2026-01-01T00:00:00Z", toolchain={}, variants=[variant],
                    model=ModelInfo(name="m", entry="m:build", weights_sha256="w", inputs=[], params=7))
@@ -115,12 +116,14 @@ def previous(sha: str = "a" * 64, **latency) -> Results:
     ({"device": "phone"}, "not measured there before"),
     ({"inputs": "other"}, "evaluation inputs changed"),
     ({"iterations": 100}, "latency settings changed"),
+    ({"reference": "other labels"}, "float outputs or labels changed"),  # its accuracy would be stale
 ])
 def test_resume_reuses_a_measurement_only_while_everything_it_depends_on_is_unchanged(change, why) -> None:
     row = VariantResult(name="ort", backend="onnx", precision="fp32", sha256=change.get("sha", "a" * 64))
     j = job()
     j.iterations = change.get("iterations", 4)
-    lat, reason = reusable(previous(), row, change.get("device", "board"), j, ReuseKey((), change.get("inputs", "in")))
+    key = ReuseKey((), change.get("inputs", "in"), change.get("reference", "ref"))
+    lat, reason = reusable(previous(), row, change.get("device", "board"), j, key)
     assert reason == why and (lat is not None) == (why == "reused")
     if lat is not None:
         assert lat.measured_at == "2026-01-01T00:00:00Z" and lat.notes[-1].startswith("reused by build --resume")
@@ -130,12 +133,36 @@ def test_resume_measures_again_what_failed_before() -> None:
     failed = previous()
     failed.variants[0].latency[0].mean_ms = None
     row = VariantResult(name="ort", backend="onnx", precision="fp32", sha256="a" * 64)
-    assert reusable(failed, row, "board", job(), ReuseKey((), "in")) == (None, "not measured there before")
+    assert reusable(failed, row, "board", job(), ReuseKey((), "in", "ref")) == (None, "not measured there before")
 
 
 def test_resume_reuses_the_eager_row_only_for_the_same_float_model() -> None:
     prev = previous()
     prev.variants[0].backend, prev.variants[0].name = "eager", "eager"
     row = VariantResult(name="eager", backend="eager", precision="fp32")
-    assert reusable(prev, row, "board", job(), ReuseKey(("m:build", "w", 7), "in"))[1] == "reused"
-    assert reusable(prev, row, "board", job(), ReuseKey(("m:build", "retrained", 7), "in"))[1] == "artifact changed"
+    assert reusable(prev, row, "board", job(), ReuseKey(("m:build", "w", 7), "in", "ref"))[1] == "reused"
+    retrained = ReuseKey(("m:build", "retrained", 7), "in", "ref")
+    assert reusable(prev, row, "board", job(), retrained)[1] == "artifact changed"
+    # another seed builds other random weights: the same entry and parameter count, other float outputs
+    assert reusable(prev, row, "board", job(), ReuseKey(("m:build", "w", 7), "in", "seed 1"))[1] == (
+        "float outputs or labels changed")
+
+
+def test_unmeasured_devices_names_each_requested_device_that_measured_nothing() -> None:
+    def lat(device: str, mean: float | None, note: str | None = None) -> Latency:
+        return Latency(device=device, runtime="r", warmup=1, iterations=1, mean_ms=mean, notes=[note] if note else [])
+
+    eager = VariantResult(name="eager", backend="eager", precision="fp32", latency=[lat("host", 1.0)],
+                          notes=["phone: not measured here: the eager float model runs only on the host",
+                                 "idle: not measured here: the eager float model runs only on the host"])
+    ort = VariantResult(name="ort", backend="onnx", precision="fp32",
+                        latency=[lat("host", 0.5), lat("phone", 2.0), lat("gone", None, "not measured: ssh refused")],
+                        notes=["idle: not measured here: no program runs onnxruntime"])
+    pte = VariantResult(name="pte", backend="executorch", precision="fp32",
+                        latency=[lat("host", None, "not measured: runner crashed"), lat("gone", None)])
+    devices = ["host", "phone", "gone", "idle", "absent"]
+    assert unmeasured_devices([eager, ort, pte], devices) == [  # host and phone (mean only, as adb) measured
+        "requested device gone measured nothing: ssh refused",
+        "requested device idle measured nothing: it can run none of this build's variants (the eager float model "
+        "runs only on the host; no program runs onnxruntime)",
+        "requested device absent measured nothing: no variant was measured there"]

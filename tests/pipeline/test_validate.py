@@ -5,10 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from edgeship.calibration import Dataset
 from edgeship.devices.base import Device, Job, JobResult, MeasurementError, TransportError
-from edgeship.pipeline.validate import check_device_gates, flag_unsteady, measure
+from edgeship.errors import DataError
+from edgeship.pipeline.validate import (
+    Reference,
+    accuracy_of,
+    check_device_gates,
+    check_gates,
+    check_labels,
+    flag_unsteady,
+    measure,
+    reference_gates,
+)
 from edgeship.profile import Gates, LatencySettings
 from edgeship.results import Accuracy, Latency
 
@@ -90,3 +102,57 @@ def test_device_gates_fail_a_variant_whose_outputs_differ_on_another_device() ->
     result = check_device_gates(Gates(min_sqnr_db=60.0), good, rows)
     assert not result.passed and result.failures == ["sqnr_db 12 < 60 on board"]
     assert check_device_gates(Gates(min_sqnr_db=60.0), good, rows[:1]).passed
+
+
+def test_check_gates_fails_non_finite_outputs_even_without_gates() -> None:
+    nan = Accuracy(samples=8, non_finite=3)
+    assert check_gates(Gates(), nan, []).failures == ["outputs contain 3 non-finite values (NaN or inf)"]
+    assert check_gates(Gates(min_sqnr_db=60.0), nan, []).failures == [
+        "outputs contain 3 non-finite values (NaN or inf)"]
+
+
+def test_check_gates_fails_a_nan_value_instead_of_passing_it() -> None:
+    odd = Accuracy(samples=8, agreement=float("nan"), sqnr_db=float("nan"), top1_drop=float("nan"), max_abs_err=1.0)
+    failures = check_gates(Gates(min_sqnr_db=60.0, min_agreement=0.9, max_top1_drop=1.0), odd, []).failures
+    assert failures == ["sqnr_db nan < 60", "agreement nan < 0.9", "top1_drop nan points > 1"]
+
+
+def test_check_gates_fails_accuracy_gates_when_the_reference_is_not_informative() -> None:
+    vacuous = Accuracy(samples=8, agreement=1.0, max_abs_err=0.0, informative=False,
+                       uninformative_reason="the float model's outputs are all zero")
+    rows = [Latency(device="host", runtime="x", warmup=0, iterations=1, accuracy=vacuous),
+            Latency(device="board", runtime="x", warmup=0, iterations=1, accuracy=vacuous.model_copy())]
+    result = check_device_gates(Gates(min_sqnr_db=60.0), vacuous, rows)
+    assert not result.passed and result.failures == [  # said once, not once per device
+        "accuracy not informative: the float model's outputs are all zero (accuracy gates not checked)"]
+    assert check_gates(Gates(max_p50_ms=5.0), vacuous, []).passed  # no accuracy gate: nothing claimed
+
+
+def reference(outputs: np.ndarray, inputs: np.ndarray | None = None, labels=None) -> Reference:
+    inputs = np.arange(len(outputs) * 2, dtype=np.float32).reshape(len(outputs), 2) if inputs is None else inputs
+    return Reference(Dataset({"x": inputs}, labels, "eval.npz"), outputs.astype(np.float32), Path("eval_inputs.npz"))
+
+
+def test_accuracy_of_marks_every_figure_not_informative_when_the_float_outputs_are_zero() -> None:
+    ref = reference(np.zeros((4, 3)))
+    accuracy, notes = accuracy_of(ref, np.zeros((4, 3)))
+    assert accuracy.informative is False and accuracy.uninformative_reason == "the float model's outputs are all zero"
+    assert "accuracy not informative: the float model's outputs are all zero; the figures prove nothing" in notes
+    assert accuracy_of(reference(np.eye(4, 3)), np.eye(4, 3))[0].informative is True
+
+
+def test_reference_gates_fail_the_eager_row_on_nan_or_a_float_model_that_does_not_reproduce() -> None:
+    good = reference(np.eye(4, 3))
+    assert reference_gates(good, accuracy_of(good, np.eye(4, 3))[0]).passed
+    other_init = accuracy_of(good, np.eye(4, 3)[::-1].copy())[0]  # a differently initialised float model
+    (failure,) = reference_gates(good, other_init).failures
+    assert failure.startswith("the float model built again in the eager runner does not reproduce")
+    nan = reference(np.array([[np.nan, 1.0], [1.0, 2.0]]))
+    assert reference_gates(nan, None).failures == ["the float model's outputs contain 1 non-finite values (NaN or inf)"]
+
+
+@pytest.mark.parametrize("labels", [[0, 1, 99, 2], [0, -1, 1, 2]])
+def test_check_labels_refuses_a_label_that_is_not_a_class_of_the_outputs(labels) -> None:
+    with pytest.raises(DataError, match=r"^eval\.npz \(4 sampled\): labels \(y\) must be class indices in \[0, 3\)"):
+        check_labels(np.array(labels), np.zeros((4, 3)), "eval.npz (4 sampled)")
+    check_labels(np.array([0, 1, 2, 2]), np.zeros((4, 3)), "eval.npz")

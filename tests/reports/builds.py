@@ -66,3 +66,20 @@ def _env() -> dict[str, str]:
     import os
 
     return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def results_with(p50: float = 1.0, created: str = "2026-01-01T00:00:00Z", accuracy=None, eager_accuracy=None):
+    """A small results document without a build: eager and one onnx variant on ``host`` (model "m",
+    target "t"), the onnx row measured at ``created`` with ``p50`` and ``accuracy``."""
+    from edgeship.results import Latency, ModelInfo, Results, VariantResult
+
+    def lat(p: float, acc) -> Latency:
+        return Latency(device="host", runtime="r", warmup=1, iterations=4, p50_ms=p, mean_ms=p, measured_at=created,
+                       accuracy=acc)
+
+    eager = VariantResult(name="eager", backend="eager", precision="fp32", accuracy=eager_accuracy,
+                          latency=[lat(2.0, eager_accuracy)])
+    ort = VariantResult(name="ort", backend="onnx", precision="fp32", sha256="a" * 64, size_bytes=1000,
+                        accuracy=accuracy, latency=[lat(p50, accuracy)])
+    return Results(target="t", created=created, toolchain={}, variants=[eager, ort],
+                   model=ModelInfo(name="m", entry="m:build", inputs=[], params=1))

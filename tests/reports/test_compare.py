@@ -92,3 +92,31 @@ def test_report_from_the_store_alone_finds_the_regression(capsys, two_device_bui
     assert code == 3 and "onnx-fp32 on cpu-a" in capsys.readouterr().err
     assert main(["report", "--db", url, "--out", str(tmp_path / "report"), "--threshold", "60"]) == 0
     assert "regression" not in capsys.readouterr().out
+
+
+def test_across_builds_does_not_call_a_reused_row_a_new_measurement() -> None:
+    # a measured 1.0 ms; b (another output folder) measured 0.8 ms; c resumed a's folder and reused
+    # a's row (same measured_at and artifact): c measured nothing new, so nothing regressed
+    a = row("a", "2026-01-01T00:00:00Z", 1.0) | {"measured_at": "2026-01-01T00:00:00Z", "artifact_sha256": "sha"}
+    b = row("b", "2026-01-02T00:00:00Z", 0.8) | {"measured_at": "2026-01-02T00:00:00Z", "artifact_sha256": "sha"}
+    c = a | {"build_id": "c", "created": "2026-01-03T00:00:00Z"}
+    (change,) = across_builds([a, b, c], threshold_pct=10.0, top1_tolerance=0.0)
+    assert change.regressions == [] and change.builds == 2
+    assert (change.before["build_id"], change.after["build_id"]) == ("a", "b")
+    fresh = c | {"measured_at": "2026-01-03T00:00:00Z", "p50_ms": 1.0}  # measured again: compared
+    assert across_builds([a, b, fresh], 10.0, 0.0)[0].regressions[0].startswith("p50 0.800 -> 1.000 ms")
+
+
+def test_report_at_build_time_flags_no_regression_for_rows_reused_from_an_older_build(tmp_path: Path) -> None:
+    from edgeship.reports.rows import Build
+    from tests.reports.builds import results_with
+
+    older, newer = results_with(p50=1.0, created="2026-01-01T00:00:00Z"), results_with(p50=0.8,
+                                                                                         created="2026-01-02T00:00:00Z")
+    store = ResultsStore(f"sqlite:///{tmp_path / 'results.db'}")
+    store.record(older)
+    store.record(newer)
+    resumed = older.model_copy(deep=True, update={"created": "2026-01-03T00:00:00Z"})  # reused older's row
+    store.record(resumed)
+    comparison = compare(*store_rows([Build("resumed", resumed, "results.json")], store.url, "m", "t"))
+    assert comparison.regressions == []

@@ -1,6 +1,7 @@
 """Report cells: measured numbers formatted from results.json, "not measured" with the reason."""
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,49 @@ def test_sqnr_of_identical_outputs_shows_exact_not_a_number(report: Report) -> N
     assert formatting.accuracy(line(report, "eager"), "sqnr_db").text == "exact"
     pte = line(report, "executorch-fp32")
     assert formatting.accuracy(pte, "sqnr_db").text == f"{pte.variant.accuracy.sqnr_db:.1f}"
+
+
+def vacuous_report() -> Report:
+    """The zero-head case: every output of every model is zero, so everything "matches"."""
+    from edgeship.results import Accuracy
+    from tests.reports.builds import results_with
+
+    acc = Accuracy(samples=8, top1=0.25, top1_drop=0.0, agreement=1.0, cosine=None, max_abs_err=0.0,
+                   informative=False, uninformative_reason="the float model's outputs are all zero")
+    results = results_with(accuracy=acc, eager_accuracy=acc.model_copy())
+    results.variant("ort").gates.passed = False
+    results.variant("ort").gates.failures = ["accuracy not informative: ... (accuracy gates not checked)"]
+    return Report.of([Build("t", results, "results.json")])
+
+
+def test_accuracy_that_is_not_informative_is_never_shown_as_a_number(tmp_path: Path) -> None:
+    from edgeship.reports import write_reports
+
+    report = vacuous_report()
+    for name in ("eager", "ort"):
+        for key in ("top1", "top1_drop", "sqnr_db", "agreement"):
+            shown = formatting.accuracy(line(report, name), key)
+            assert shown.text == "not informative" and shown.why.endswith("the float model's outputs are all zero")
+    assert formatting.gates(line(report, "ort")).text.startswith("FAIL: accuracy not informative")
+    write_reports(report, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    ort = next(ln for ln in md.splitlines() if ln.startswith("| ort |"))
+    assert "exact" not in ort and "100.00%" not in ort and ort.count("not informative [1]") == 4
+    with open(tmp_path / "results.csv", newline="") as f:
+        csv_ort = next(r for r in csv.DictReader(f) if r["variant"] == "ort")
+    assert [csv_ort[k] for k in ("top1", "top1_drop", "agreement", "max_abs_err")] == ["", "", "", ""]
+    assert csv_ort["accuracy_informative"] == "False" and "accuracy not informative" in csv_ort["not_measured"]
+
+
+def test_non_finite_outputs_and_a_failed_reference_row_are_shown_as_such() -> None:
+    from edgeship.results import Accuracy
+    from tests.reports.builds import results_with
+
+    results = results_with(accuracy=Accuracy(samples=8, non_finite=5))
+    results.variant("eager").gates.passed = False
+    results.variant("eager").gates.failures = ["the float model's outputs contain 5 non-finite values (NaN or inf)"]
+    report = Report.of([Build("t", results, "results.json")])
+    shown = formatting.accuracy(line(report, "ort"), "sqnr_db")
+    assert shown.text == "NaN/inf" and "outputs contain 5 non-finite values" in shown.why
+    assert formatting.gates(line(report, "eager")).text == ("FAIL: the float model's outputs contain 5 non-finite "
+                                                            "values (NaN or inf)")

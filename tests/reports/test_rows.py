@@ -11,7 +11,7 @@ from edgeship.errors import ReportError
 from edgeship.reports import Report, load_builds
 from edgeship.reports.rows import build_labels
 from edgeship.results import Results
-from tests.reports.builds import DEVICES
+from tests.reports.builds import DEVICES, results_with
 
 
 def test_load_builds_missing_file_exits_2_naming_it(capsys, tmp_path: Path) -> None:
@@ -44,3 +44,24 @@ def test_report_lists_every_device_measured_in_order(two_device_build: Path) -> 
     report = Report.of(load_builds([two_device_build / "results.json"]))
     assert report.devices == list(DEVICES)
     assert [ln.name for ln in report.lines][0] == "eager"
+
+
+@pytest.mark.parametrize("schema, shown", [(99, "99"), ("1", '"1"'), (True, "true"), (None, "null")])
+def test_report_refuses_a_results_schema_it_does_not_read(capsys, tmp_path: Path, schema, shown: str) -> None:
+    doc = json.loads(results_with().dump())
+    doc["schema"] = schema
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    assert main(["report", str(path), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: results.json schema {shown} is not one this edgeship reads (supported: 1)" in err
+    assert not (tmp_path / "report").exists() and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text, message", [("[1, 2]", 'no top-level "schema" field'),
+                                           ("{not json", "not JSON text")])
+def test_load_builds_refuses_a_file_that_is_not_a_results_document(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "results.json"
+    path.write_text(text)
+    with pytest.raises(ReportError, match=message):
+        load_builds([path])
