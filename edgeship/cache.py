@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgeship.errors import OutputError
+from edgeship.errors import OutputError, listing
 from edgeship.fsutil import no_space_is_output_error, pid_alive
 
 DEFAULT_ROOT = Path("artifacts") / ".cache"
@@ -169,10 +169,9 @@ class Cache:
         """OutputError naming the root when it holds files edgeship did not write and has no marker."""
         strangers = self.foreign()
         if strangers:
-            shown = ", ".join(strangers[:5]) + (f" and {len(strangers) - 5} more" if len(strangers) > 5 else "")
             raise OutputError(f"cache folder {self.root}: not an edgeship cache (no {MARKER} file, and it holds "
-                              f"files edgeship did not write: {shown}); edgeship neither writes into nor clears "
-                              f"it. Point ${ROOT_ENV} at an empty or new folder")
+                              f"files edgeship did not write: {listing(strangers)}); edgeship neither writes into "
+                              f"nor clears it. Point ${ROOT_ENV} at an empty or new folder")
 
     def info(self) -> CacheSummary:
         """Entries and bytes under the root (OutputError when it is not an edgeship cache)."""

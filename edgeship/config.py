@@ -148,21 +148,23 @@ def read_toml(path: Path, error: type[BadInputError]) -> dict[str, Any]:
     return data
 
 
-def read_bytes(path: Path, error: type[BadInputError]) -> bytes:
-    """The file's bytes; a missing file, a folder, a bad path or an OS error become ``error``."""
+def read_bytes(path: Path, error: type[BadInputError], what: str = "TOML file", most: int = MAX_BYTES) -> bytes:
+    """The bytes of ``what`` at ``path``, at most ``most`` of them; a missing file, a folder, a bad path,
+    a larger file or an OS error become ``error`` naming the path."""
     if "\0" in str(path):
         raise error(f"{str(path)!r}: a path cannot contain a NUL character")
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
+            data = f.read(most + 1)
     except FileNotFoundError:
-        raise error(f"{path}: file not found") from None
+        raise error(f"{path}: {what} not found") from None
     except IsADirectoryError:
-        raise error(f"{path}: is a directory, expected a TOML file") from None
+        raise error(f"{path}: is a directory, expected a {what}") from None
     except OSError as e:
         raise error(f"{path}: cannot be read: {e.strerror or e}") from None
-    if len(data) > MAX_BYTES:
-        raise error(f"{path}: larger than {MAX_BYTES >> 20} MiB; not a profile, model spec or devices file")
+    if len(data) > most:
+        limit = f"{most >> 20} MiB" if most >= 1 << 20 else f"{most:,} bytes"
+        raise error(f"{path}: larger than {limit}; not a {what}")
     return data
 
 

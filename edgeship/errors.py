@@ -78,6 +78,13 @@ class GateFailure(EdgeshipError):
         self.results = results
 
 
+def listing(items: Iterable[object], most: int = 5) -> str:
+    """``a, b, c and 4 more``: the first ``most`` items of a list for a message, and a count of the rest."""
+    shown = [str(i) for i in items]
+    more = f" and {len(shown) - most} more" if len(shown) > most else ""
+    return ", ".join(shown[:most]) + more
+
+
 def did_you_mean(value: str, allowed: Iterable[str]) -> str:
     """A ' (did you mean "x"?)' suffix for a near-miss, or an empty string."""
     close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.6)

@@ -17,7 +17,7 @@ from typing import Any
 
 from edgeship.devices.hashing import sha256_file  # one implementation, also used on devices
 from edgeship.entry import import_entry, importable
-from edgeship.errors import ModelSpecError, WeightsError, first_line
+from edgeship.errors import ModelSpecError, WeightsError, first_line, listing
 from edgeship.spec import ModelSpec
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "net", "module", "ema")
@@ -233,12 +233,12 @@ def apply_weights(module: Any, state: dict[str, Any], path: Path) -> None:
     if missing or unexpected or misshapen:
         parts = []
         if missing:
-            parts.append(f"missing keys: {_listing(missing)}")
+            parts.append(f"missing keys: {listing(missing, 12)}")
         if unexpected:
-            parts.append(f"unexpected keys: {_listing(unexpected)}")
+            parts.append(f"unexpected keys: {listing(unexpected, 12)}")
         if misshapen:
-            parts.append("shape mismatches: " + _listing(
-                [f"{k} {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}" for k in misshapen]))
+            parts.append("shape mismatches: " + listing(
+                [f"{k} {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}" for k in misshapen], 12))
         raise WeightsError(f"{path}: does not fit the model: " + "; ".join(parts))
     module.load_state_dict(state, strict=True)
 
@@ -288,11 +288,6 @@ def count_flops(module: Any, inputs: tuple[Any, ...]) -> int | None:
         return None
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
-
-
-def _listing(items: list[str], limit: int = 12) -> str:
-    more = f" ... and {len(items) - limit} more" if len(items) > limit else ""
-    return ", ".join(items[:limit]) + more
 
 
 class LazyModel:

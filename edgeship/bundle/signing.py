@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgeship.config import read_bytes
 from edgeship.errors import BundleError, OutputError
 
 FORMAT = "edgeship-bundle-signature"
@@ -72,17 +73,7 @@ def key_id(public_key: Any) -> str:
 
 
 def _read_key_file(path: Path, what: str) -> bytes:
-    try:
-        size = path.stat().st_size
-        if size > MAX_KEY_FILE_BYTES:
-            raise BundleError(f"{path}: {size:,} bytes: too large for a {what} (at most {MAX_KEY_FILE_BYTES:,})")
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise BundleError(f"{path}: {what} not found") from None
-    except IsADirectoryError:
-        raise BundleError(f"{path}: is a folder, not a {what} file") from None
-    except OSError as e:
-        raise BundleError(f"{path}: cannot read the {what} ({e.strerror})") from None
+    return read_bytes(path, BundleError, what, MAX_KEY_FILE_BYTES)
 
 
 def _is_public(data: bytes) -> bool:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeship.devices.hashing import sha256_file
-from edgeship.errors import OutputError
+from edgeship.errors import OutputError, listing
 from edgeship.fsutil import atomic_write_text, no_space_is_output_error, pid_alive, remove_path, temp_owner
 from edgeship.results import Results
 
@@ -153,8 +153,7 @@ class BuildFolder:
         """OutputError naming the files edgeship did not write that stand where this build writes."""
         found = self.conflicts(names)
         if found:
-            shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
-            raise OutputError(f"{self.root}: this build would overwrite {shown}, which edgeship did not write "
+            raise OutputError(f"{self.root}: this build would overwrite {listing(found)}, which edgeship did not write "
                               f"(not in {MANIFEST}); move it away or build into another --out. Nothing in "
                               f"{self.root} was changed")
 
@@ -255,8 +254,7 @@ class BuildFolder:
             with contextlib.suppress(OSError):
                 dest.rmdir()  # only when this build wrote nothing there and nothing else is left
             return []
-        more = f" and {len(strangers) - 5} more" if len(strangers) > 5 else ""
-        return [f"kept {', '.join(str(self.root / rel) for rel in strangers[:5])}{more}: not written by edgeship "
+        return [f"kept {listing(self.root / rel for rel in strangers)}: not written by edgeship "
                 f"(not in {MANIFEST})"]
 
     def _move_top(self) -> None:

@@ -179,7 +179,7 @@ def test_bundle_sign_and_verify_exit_2_on_keys_they_cannot_use(capsys, bundle: P
     sign_cases = {ec_key: "key type EC; bundles are signed with Ed25519 keys only",
                   pub(key): "a public key; --key needs the private key", garbage: "cannot load the private key",
                   text: "not a PEM or OpenSSH private key", tmp_path / "absent.pem": "private key not found",
-                  tmp_path: "is a folder, not a private key file"}
+                  tmp_path: "is a directory, expected a private key"}
     for path, message in sign_cases.items():
         assert main(["bundle", "sign", str(bundle), "--key", str(path)]) == 2, path
         err = capsys.readouterr().err
