@@ -172,34 +172,26 @@ def test_bad_input_base_documents_load(tmp_path: Path) -> None:
     assert load_devices(folder / "d.toml").names == ["host", "orin", "pixel", "me"]
 
 
-@FAST
-@given(text=mutated(PROFILE))
-def test_bad_input_profile_loads_or_is_a_profile_error(tmp_path: Path, text: str) -> None:
-    path = project(tmp_path / "p") / "p.toml"
-    path.write_text(text)
-    loads_or_is_refused(load_profile, path, ProfileError)
+KINDS = pytest.mark.parametrize(("base", "load", "error"), [(PROFILE, load_profile, ProfileError),
+                                                            (SPEC, load_spec, ModelSpecError),
+                                                            (DEVICES, load_devices, DeviceError)],
+                                ids=["profile", "spec", "devices"])
 
 
-@FAST
-@given(text=mutated(SPEC))
-def test_bad_input_spec_loads_or_is_a_spec_error(tmp_path: Path, text: str) -> None:
-    path = project(tmp_path / "p") / "m.toml"
-    path.write_text(text)
-    loads_or_is_refused(load_spec, path, ModelSpecError)
+@KINDS
+def test_bad_input_mutated_documents_load_or_are_refused(tmp_path: Path, base: dict[str, Any], load: Any,
+                                                         error: type[BadInputError]) -> None:
+    @FAST
+    @given(text=mutated(base))
+    def check(text: str) -> None:
+        path = project(tmp_path / "p") / "f.toml"
+        path.write_text(text)
+        loads_or_is_refused(load, path, error)
+
+    check()
 
 
-@FAST
-@given(text=mutated(DEVICES))
-def test_bad_input_devices_file_loads_or_is_a_device_error(tmp_path: Path, text: str) -> None:
-    path = project(tmp_path / "p") / "d.toml"
-    path.write_text(text)
-    loads_or_is_refused(load_devices, path, DeviceError)
-
-
-@pytest.mark.parametrize(("base", "load", "error"), [(PROFILE, load_profile, ProfileError),
-                                                     (SPEC, load_spec, ModelSpecError),
-                                                     (DEVICES, load_devices, DeviceError)],
-                         ids=["profile", "spec", "devices"])
+@KINDS
 def test_bad_input_odd_bytes_load_or_are_refused(tmp_path: Path, base: dict[str, Any], load: Any,
                                                  error: type[BadInputError]) -> None:
     @FAST
