@@ -51,3 +51,21 @@ def test_dataset_take_is_seeded_and_batches_pad_the_tail(tiny_spec, tiny_project
 
 def test_dataset_random_is_deterministic(tiny_spec) -> None:
     assert np.array_equal(random_dataset(tiny_spec, 3).inputs["image"], random_dataset(tiny_spec, 3).inputs["image"])
+
+
+@pytest.mark.parametrize("content", ["text", "npy", "pickle"])
+def test_dataset_npz_that_is_not_a_zip_is_refused_without_talking_of_pickles(tiny_spec, tmp_path: Path,
+                                                                           content: str) -> None:
+    path = tmp_path / "eval.npz"
+    if content == "text":
+        path.write_text("garbage\n")
+    elif content == "npy":
+        with open(path, "wb") as f:
+            np.save(f, np.zeros((4, 3, 16, 16), np.float32))
+    else:
+        import pickle
+
+        path.write_bytes(pickle.dumps({"x": [1, 2]}))
+    with pytest.raises(DataError, match=r"eval.npz: not an .npz file") as e:
+        load_dataset(path, tiny_spec, "evaluation")
+    assert "pickle" not in str(e.value)

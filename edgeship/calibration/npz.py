@@ -14,6 +14,9 @@ from edgeship.spec import ModelSpec
 
 def read_npz(path: Path, spec: ModelSpec) -> Dataset:
     """Arrays from an .npz: ``x`` for a one-input model, else one key per input name; ``y`` labels."""
+    if not zipfile.is_zipfile(path):  # np.load would try a .npy or a pickle and say so, misleadingly
+        raise DataError(f"{path}: not an .npz file (a zip of arrays, as numpy.savez writes); "
+                        "its bytes are not a zip archive")
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
