@@ -11,6 +11,7 @@ import math
 import os
 import re
 import reprlib
+import tempfile
 import types
 import typing
 from pathlib import Path
@@ -90,8 +91,9 @@ def text_file(value: Path | None, info: pydantic.ValidationInfo) -> Path | None:
 
 
 def usable_folder(path: Path, what: str, writable: bool = True) -> Path:
-    """``path`` when it is a folder, or can be made one, that edgeship can write in; OutputError naming
-    ``what`` and the path otherwise: a file in the way, a folder that is not writable."""
+    """``path`` when it is a folder, or can be made one, that edgeship can write in (with ``writable``, the
+    folder is made and a file written and removed in it to be sure); OutputError naming ``what`` and the
+    path otherwise: a file in the way, a folder that is not writable."""
     if "\0" in str(path):
         raise OutputError(f"{what} {str(path)!r}: a path cannot contain a NUL character")
     existing = Path(path)
@@ -106,6 +108,13 @@ def usable_folder(path: Path, what: str, writable: bool = True) -> Path:
     if writable and not os.access(existing, os.W_OK | os.X_OK):
         where = "" if existing == Path(path) else f"cannot be created: {existing} "
         raise OutputError(f"{what} {path}: {where}is not writable")
+    if writable:  # what access() cannot tell (/proc, a read-only mount seen as writable): try it
+        try:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=path, prefix=".edgeship-probe-"):
+                pass
+        except OSError as e:
+            raise OutputError(f"{what} {path}: cannot be written: {e.strerror or e}") from None
     return path
 
 

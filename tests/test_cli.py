@@ -175,6 +175,15 @@ def test_cli_out_on_a_read_only_mount_exits_2(capsys, tiny_project: Path, tmp_pa
     assert code == 2 and "--out /proc/sys/edgeship-out: cannot be created: /proc/sys is not writable" in err
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="no /proc here")
+def test_cli_out_that_cannot_be_made_exits_2(capsys, tiny_project: Path, tmp_path) -> None:
+    # os.access says /proc is writable for root, but no folder can be made in it.
+    profile = write_profile(tmp_path, ONNX_ONLY)
+    code, _, err = run(capsys, "build", "--target", str(profile), "--model", str(tiny_project / "model.toml"),
+                       "--out", "/proc/edgeship-out")
+    assert code == 2 and "--out /proc/edgeship-out: cannot be written" in err and "Traceback" not in err
+
+
 def test_cli_cache_dir_that_is_a_file_exits_2(capsys, tiny_project: Path, tmp_path, monkeypatch) -> None:
     spec, marker = sentinel_spec(tiny_project, tmp_path)
     (tmp_path / "cachefile").write_text("")

@@ -62,10 +62,11 @@ def make_plan(request: BuildRequest) -> Plan:
     profile = load_profile(request.target)
     spec = load_spec(request.model or demo_spec_path(), request.input_shape)
     out_dir = Path(request.out) if request.out else Path("artifacts") / profile.name / spec.name
-    usable_folder(out_dir, "--out" if request.out else "output folder")
+    devices, store = resolve_devices(request, profile.devices), ResultsStore(request.db)
+    # Last, as they make the folders: a bad device or store leaves no empty output folder behind.
     usable_folder(default_cache().root, f"cache folder (${ROOT_ENV})" if os.environ.get(ROOT_ENV) else "cache folder")
-    return Plan(request, profile, spec, out_dir, resolve_devices(request, profile.devices),
-                ResultsStore(request.db))
+    usable_folder(out_dir, "--out" if request.out else "output folder")
+    return Plan(request, profile, spec, out_dir, devices, store)
 
 
 def resolve_devices(request: BuildRequest, defaults: list[str] | None = None) -> list[Device]:
