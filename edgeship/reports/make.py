@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeship.config import usable_folder
 from edgeship.errors import ReportError
 from edgeship.fsutil import atomic_write_text
 from edgeship.reports.compare import Comparison, compare, describe, store_rows
@@ -47,6 +48,7 @@ def make_report(paths: list[Path], out: Path | None = None, db: str | None = Non
     builds = load_builds([Path(p) for p in paths])
     if out is None:
         out = Path(paths[0]).parent if len(paths) == 1 and db is None else DEFAULT_OUT
+    usable_folder(Path(out), "report folder (--out)")
     rows, sources = store_rows(builds, db, model, target)
     comparison = compare(rows, sources, threshold_pct, top1_tolerance)
     return WrittenReport(write_reports(Report.of(builds), Path(out), comparison), comparison)

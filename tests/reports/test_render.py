@@ -45,3 +45,15 @@ def test_markdown_escapes_pipes_in_reasons(two_device_build: Path) -> None:
     results[0].results.variant("too-old").error = "a | b"
     text = render_markdown(Report.of(results))
     assert "too-old was not built: a \\| b" in text
+
+
+def test_report_into_an_unusable_folder_exits_2_naming_it(two_device_build: Path, tmp_path: Path, capsys) -> None:
+    from edgeship.cli import main
+
+    (tmp_path / "afile").write_text("mine")
+    for out, says in ((tmp_path / "afile", "is a file; expected a folder"), (Path("/proc/edgeship-report"),
+                                                                             "cannot be written")):
+        assert main(["report", str(two_device_build / "results.json"), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"report folder (--out) {out}: {says}" in err and "Traceback" not in err
+    assert (tmp_path / "afile").read_text() == "mine"
