@@ -19,7 +19,7 @@ DEVICE_FILES = ("devices.runner", "devices.hashing", "devices.probe", "devices.t
 # layer and those below it, never above. The picture in docs/ARCHITECTURE.md is this list.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("errors", "fsutil", "metrics", "progress", "cache", "results", "config", "entry", "spec",
-                    "store", "calibration.dataset", "quantize.settings", "bundle.platforms", "demo",
+                    "store", "calibration.dataset", "quantize.settings", "bundle.platforms", "demo", "tasks",
                     *DEVICE_FILES)),
     ("declarations", ("lowering.registry", "profile")),
     ("inputs", ("model", "calibration", "devices")),
