@@ -179,23 +179,13 @@ KINDS = pytest.mark.parametrize(("base", "load", "error"), [(PROFILE, load_profi
 
 
 @KINDS
-def test_bad_input_mutated_documents_load_or_are_refused(tmp_path: Path, base: dict[str, Any], load: Any,
-                                                         error: type[BadInputError]) -> None:
+@pytest.mark.parametrize("form", ["mutated", "odd-bytes"])
+def test_bad_input_documents_load_or_are_refused(tmp_path: Path, base: dict[str, Any], load: Any,
+                                                 error: type[BadInputError], form: str) -> None:
+    documents = mutated(base).map(str.encode) if form == "mutated" else odd_bytes(base)
+
     @FAST
-    @given(text=mutated(base))
-    def check(text: str) -> None:
-        path = project(tmp_path / "p") / "f.toml"
-        path.write_text(text)
-        loads_or_is_refused(load, path, error)
-
-    check()
-
-
-@KINDS
-def test_bad_input_odd_bytes_load_or_are_refused(tmp_path: Path, base: dict[str, Any], load: Any,
-                                                 error: type[BadInputError]) -> None:
-    @FAST
-    @given(data=odd_bytes(base))
+    @given(data=documents)
     def check(data: bytes) -> None:
         path = project(tmp_path / "p") / "f.toml"
         path.write_bytes(data)
