@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from edgeship.errors import StoreError
 from edgeship.fsutil import remove_path
 from edgeship.pipeline.bundle import report_and_bundle
-from edgeship.pipeline.output import INCOMPLETE, RESULTS, UNRECORDED, BuildFiles, BuildFolder
+from edgeship.pipeline.output import INCOMPLETE, RESULTS, UNRECORDED, BuildFiles, BuildFolder, Pending
 from edgeship.pipeline.plan import Plan
 from edgeship.progress import Progress
 from edgeship.results import Results
@@ -42,35 +42,36 @@ def publish_build(plan: Plan, folder: BuildFolder, results: Results, progress: P
         progress.info(line)
 
 
-def record_build(plan: Plan, folder: BuildFolder, results: Results, progress: Progress) -> None:
+def record_build(plan: Plan, folder: BuildFolder, progress: Progress) -> None:
     """Record the published build in the results store (StoreError, exit 2, when it cannot: the files
     are whole, and the next build into the folder records it)."""
-    pending = folder.pending()
-    if plan.store is None or pending is None:
-        return
-    try:
-        build_id = plan.store.record(results, build_id=pending.build_id)
-    except StoreError as e:
-        raise StoreError(f"{e}. The files in {plan.out_dir} are written and consistent; the next build into it "
-                         f"records this build (kept in {folder.root / UNRECORDED})") from None
-    folder.clear_pending()
-    progress.info(f"recorded build {build_id} in {plan.store.display_url}")
+    _record(plan, folder, folder.pending(), progress,
+            f"The files in {plan.out_dir} are written and consistent; the next build into it records this build "
+            f"(kept in {folder.root / UNRECORDED})")
 
 
 def record_pending(plan: Plan, folder: BuildFolder, progress: Progress) -> None:
     """Record a build that an earlier run wrote but the results store could not take then."""
     pending = folder.pending()
+    if pending is not None:
+        _record(plan, folder, pending, progress,
+                f"It is the build of {pending.results.created} in {plan.out_dir}, written but not yet recorded "
+                f"(kept in {folder.root / UNRECORDED}); nothing was built: run again when the database can be written",
+                f" of {pending.results.created} (the results database could not take it then: {pending.database})")
+
+
+def _record(plan: Plan, folder: BuildFolder, pending: Pending | None, progress: Progress, on_failure: str,
+            described: str = "") -> None:
+    """A pending build into the store, then its file removed; ``on_failure`` completes the StoreError's
+    message."""
     if plan.store is None or pending is None:
         return
     try:
         build_id = plan.store.record(pending.results, build_id=pending.build_id)
     except StoreError as e:
-        raise StoreError(f"{e}. It is the build of {pending.results.created} in {plan.out_dir}, written but not yet "
-                         f"recorded (kept in {folder.root / UNRECORDED}); nothing was built: run again when the "
-                         "database can be written") from None
+        raise StoreError(f"{e}. {on_failure}") from None
     folder.clear_pending()
-    progress.info(f"recorded build {build_id} of {pending.results.created} in {plan.store.display_url} (the results "
-                  f"database could not take it then: {pending.database})")
+    progress.info(f"recorded build {build_id}{described} in {plan.store.display_url}")
 
 
 def reuse_output(plan: Plan, folder: BuildFolder, unchanged: Unchanged, progress: Progress) -> None:
