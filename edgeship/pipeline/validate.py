@@ -298,7 +298,9 @@ def check_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency])
         if gates.max_top1_drop is not None and drop is not None and not drop <= gates.max_top1_drop:
             failures.append(f"top1_drop {drop:.3g} points > {gates.max_top1_drop:g}")
     if gates.max_p50_ms is not None:
-        for row in latency:
-            if row.p50_ms is not None and row.p50_ms > gates.max_p50_ms:
+        for row in latency:  # like the accuracy gates: unmeasured or non-finite never passes
+            if row.p50_ms is None:
+                failures.append(f"p50 not measured on {row.device} (gate max {gates.max_p50_ms:g} ms)")
+            elif not row.p50_ms <= gates.max_p50_ms:
                 failures.append(f"p50 {row.p50_ms:.3g} ms on {row.device} > {gates.max_p50_ms:g} ms")
     return GateResult(passed=not failures, failures=failures)

@@ -156,3 +156,12 @@ def test_check_labels_refuses_a_label_that_is_not_a_class_of_the_outputs(labels)
     with pytest.raises(DataError, match=r"^eval\.npz \(4 sampled\): labels \(y\) must be class indices in \[0, 3\)"):
         check_labels(np.array(labels), np.zeros((4, 3)), "eval.npz (4 sampled)")
     check_labels(np.array([0, 1, 2, 2]), np.zeros((4, 3)), "eval.npz")
+
+
+@pytest.mark.parametrize(("p50", "passed"), [(2.0, True), (9.0, False), (float("nan"), False), (None, False)])
+def test_check_gates_p50_passes_only_a_measured_value_within_the_limit(p50, passed) -> None:
+    row = Latency(device="pixel8", runtime="executorch", warmup=0, iterations=1, mean_ms=3.0, p50_ms=p50)
+    result = check_gates(Gates(max_p50_ms=5.0), Accuracy(samples=4), [row])
+    assert result.passed is passed
+    if p50 is None:
+        assert result.failures == ["p50 not measured on pixel8 (gate max 5 ms)"]
