@@ -6,6 +6,7 @@ unpickling (and could run code) is refused unless the user passes ``--trust-weig
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import inspect
 import pickle
@@ -32,9 +33,13 @@ class LoadedModel:
     spec: ModelSpec
     module: Any                      # torch.nn.Module
     example_inputs: tuple[Any, ...]  # torch tensors, one per input, batch as in the spec
-    weights_sha256: str | None
     params: int
     notes: list[str] = field(default_factory=list)
+
+    @functools.cached_property
+    def weights_sha256(self) -> str | None:
+        """sha256 of the weights file, read when asked (the eager runner's timed load never pays for it)."""
+        return sha256_file(self.spec.weights) if self.spec.weights is not None else None
 
 
 def build_module(spec: ModelSpec) -> Any:
@@ -265,11 +270,10 @@ def load_model(spec: ModelSpec, trust_weights: bool = False) -> LoadedModel:
         module = build_module(spec)
         if spec.weights is not None:
             apply_weights(module, read_checkpoint(spec.weights, trust_weights), spec.weights)
-    sha = sha256_file(spec.weights) if spec.weights is not None else None
     module.eval()
     params = sum(p.numel() for p in module.parameters())
     return LoadedModel(spec=spec, module=module, example_inputs=example_inputs(spec),
-                       weights_sha256=sha, params=params)
+                       params=params)
 
 
 def count_flops(module: Any, inputs: tuple[Any, ...]) -> int | None:
@@ -341,7 +345,7 @@ class LazyModel:
     def example_inputs(self) -> tuple[Any, ...]:
         return self.loaded.example_inputs
 
-    @property
+    @functools.cached_property
     def weights_sha256(self) -> str | None:
         return sha256_file(self.spec.weights) if self.spec.weights else None
 
