@@ -41,6 +41,11 @@ class LoadedModel:
         """sha256 of the weights file, read when asked (the eager runner's timed load never pays for it)."""
         return sha256_file(self.spec.weights) if self.spec.weights is not None else None
 
+    @functools.cached_property
+    def state_sha256(self) -> str:
+        """sha256 of the built module's state_dict: the weights' identity, for cache keys and checks."""
+        return state_sha256(self.module)
+
 
 def build_module(spec: ModelSpec) -> Any:
     """Call the spec's entry and check that it returns an nn.Module."""
@@ -303,7 +308,6 @@ class LazyModel:
         self.trust_weights = trust_weights
         self.counts: dict[str, Any] = {}
         self._loaded: LoadedModel | None = None
-        self._state_sha256: str | None = None
         self.expected_state: str | None = None
 
     @property
@@ -316,9 +320,7 @@ class LazyModel:
     @property
     def state_sha256(self) -> str:
         """sha256 of the built module's state_dict (loads the model)."""
-        if self._state_sha256 is None:
-            self._state_sha256 = state_sha256(self.module)
-        return self._state_sha256
+        return self.loaded.state_sha256
 
     def expect_state(self, sha: str | None) -> None:
         """The state_dict sha256 the stage cache's float reference was made from: the model, when

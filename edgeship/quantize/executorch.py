@@ -16,7 +16,7 @@ from edgeship.calibration.dataset import Dataset
 from edgeship.lowering.base import LowerRequest
 from edgeship.lowering.capture import Captured, capture_export
 from edgeship.lowering.registry import EXECUTORCH_QUANTIZATION
-from edgeship.quantize.observers import CALIBRATION_BATCH, calibrate_observers, tensors_sha256
+from edgeship.quantize.observers import CALIBRATION_BATCH, calibrate_observers
 from edgeship.quantize.quantized import Quantized
 from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fallback, sqnr_of
 from edgeship.quantize.settings import QuantizationSettings
@@ -46,7 +46,7 @@ def _static(request: LowerRequest, settings: QuantizationSettings) -> tuple[Any,
     method = settings.method or EXECUTORCH_QUANTIZATION.default_method
     data = request.calibration().take(settings.samples, settings.seed or 0)
     program, batch = calibration_program(captured)
-    key = {"kind": "pt2e-xnnpack", "weights_sha256": tensors_sha256(captured.model.module), "method": method,
+    key = {"kind": "pt2e-xnnpack", "weights_sha256": captured.model.state_sha256, "method": method,
            "per_channel": settings.per_channel}
     convert = lambda excluded, key: _calibrate_and_convert(  # noqa: E731
         program, settings.per_channel, method, excluded, data, batch, request.cache, key)

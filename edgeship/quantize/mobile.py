@@ -24,7 +24,6 @@ from edgeship.quantize.observers import (
     calibrate_observers,
     run_samples,
     takes_any_batch,
-    tensors_sha256,
 )
 from edgeship.quantize.quantized import Quantized
 from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fallback, sqnr_of
@@ -76,8 +75,8 @@ def _static(request: LowerRequest, settings: QuantizationSettings, engine: str) 
     data = request.calibration().take(settings.samples, settings.seed or 0)
     flexible = takes_any_batch(module, example)  # FX graphs keep the module's batch freedom
     batch = (CALIBRATION_BATCH if flexible else int(example[0].shape[0]), flexible)
-    key = {"kind": "fx-static", "engine": engine, "weights_sha256": tensors_sha256(module), "method": method,
-           "per_channel": settings.per_channel}
+    key = {"kind": "fx-static", "engine": engine, "weights_sha256": request.captured.model.state_sha256,
+           "method": method, "per_channel": settings.per_channel}
     quantized, facts = _calibrate_and_convert(module, example,
                                               qconfig_mapping(engine, method, settings.per_channel, []),
                                               data, batch, request.cache, key)

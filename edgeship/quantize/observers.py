@@ -57,18 +57,6 @@ def takes_any_batch(module: Any, example: tuple[Any, ...]) -> bool:
         return False
 
 
-def tensors_sha256(module: Any) -> str:
-    """sha256 of a module's parameters and buffers (names, shapes, bytes): its weights' identity."""
-    import torch
-
-    h = hashlib.sha256()
-    for name, tensor in sorted(module.state_dict().items()):
-        t = tensor.detach().cpu().contiguous()
-        h.update(f"{name}:{t.dtype}:{list(t.shape)};".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
 def calibrate_observers(prepared: Any, data: Dataset, batch: int, cache: Cache | None,
                         key_parts: dict[str, Any], flexible: bool = False) -> dict[str, Any]:
     """Calibrate ``prepared`` in place (or restore its observers from the cache); the cache facts."""
