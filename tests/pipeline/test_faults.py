@@ -124,15 +124,18 @@ def test_faults_killed_build_leaves_a_consistent_folder_that_the_next_build_repa
         base, tmp_path, point: str, state: str) -> None:
     out = copy_of_base(base, tmp_path)
     before = (out / "results.json").read_text()
+    # A cache of its own: with the session's, an earlier test's model_b build would be restored from
+    # the cache and the "lowered" kill point (lower_variant) never reached.
+    env = {**os.environ, "EDGESHIP_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, "-m", "tests.pipeline.kill_at", point, *ns_args(base, out)], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     assert folder_state(out) == state
     if point in ("lowered", "staged"):  # nothing of the new build is in the folder yet
         assert (out / "results.json").read_text() == before
     # the next build runs as a process too: it hashes edgeship's source afresh, as the killed one did
     again = subprocess.run([sys.executable, "-m", "edgeship", *ns_args(base, out)], cwd=REPO, capture_output=True,
-                           text=True, timeout=600)
+                           text=True, timeout=600, env=env)
     err = said(again.stderr)
     assert again.returncode == 0, err[-3000:]
     assert folder_state(out) == "whole" and weights_of(out) == sha256_file(base.project / "tiny_b.pt")
