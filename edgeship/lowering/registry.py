@@ -14,7 +14,6 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from edgeship.config import StrictModel, check
-from edgeship.devices.tensorrt_engine import major_minor
 from edgeship.errors import ProfileError, did_you_mean, one_of
 from edgeship.quantize.settings import QuantizationSupport
 
@@ -190,7 +189,8 @@ class TensorrtSpec(BackendSpec):
             top = TENSORRT_MAX_OPSET[self.tensorrt_version]
             if self.opset is not None and self.opset > top:
                 raise ValueError(f"opset {self.opset}: TensorRT {self.tensorrt_version} parses opsets 9-{top}")
-            if self.builder_optimization_level is not None and major_minor(self.tensorrt_version) < (8, 6):
+            version = tuple(map(int, self.tensorrt_version.split(".")))
+            if self.builder_optimization_level is not None and version < (8, 6):
                 raise ValueError(f"builder_optimization_level needs TensorRT 8.6 or later, not {self.tensorrt_version}")
             return self
 

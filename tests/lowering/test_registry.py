@@ -65,5 +65,11 @@ def test_registry_is_readable_without_loading_an_implementation() -> None:
     code = ("import sys; import edgeship.profile; "
             "loaded = [m for m in sys.modules if m.startswith(('edgeship.lowering.', 'edgeship.quantize.')) "
             "and not m.endswith(('.registry', '.settings'))]; print(loaded); assert not loaded, loaded; "
-            "assert 'torch' not in sys.modules")
+            "assert not {'torch', 'numpy', 'edgeship.devices'} & set(sys.modules), 'heavy import'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_registry_tensorrt_refuses_an_optimization_level_before_8_6() -> None:
+    problems = SPECS["tensorrt"].option_problems({"tensorrt_version": "8.5", "builder_optimization_level": 3})
+    assert problems and "builder_optimization_level needs TensorRT 8.6 or later, not 8.5" in problems[0]
+    assert SPECS["tensorrt"].option_problems({"tensorrt_version": "8.6", "builder_optimization_level": 3}) == []
