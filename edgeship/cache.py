@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeship.devices.hashing import sha256_file
 from edgeship.errors import OutputError, listing
-from edgeship.fsutil import no_space_is_output_error, pid_alive
+from edgeship.fsutil import no_space_is_output_error, pid_alive, tree_size
 
 DEFAULT_ROOT = Path("artifacts") / ".cache"
 ROOT_ENV = "EDGESHIP_CACHE_DIR"  # overrides DEFAULT_ROOT
@@ -181,7 +182,7 @@ class Cache:
         self.check_ours()
         for _, entry in self._entries():
             summary.entries += 1
-            summary.bytes += _size(entry)
+            summary.bytes += tree_size(entry)
         return summary
 
     def clear(self) -> CacheSummary:
@@ -195,7 +196,7 @@ class Cache:
             for item in sorted(namespace.iterdir()):
                 if KEY_NAME.match(item.name) and item.is_dir() and not item.is_symlink():
                     summary.entries += 1
-                    summary.bytes += _size(item)
+                    summary.bytes += tree_size(item)
                     shutil.rmtree(item, ignore_errors=True)
                 elif _ours(item) and _orphaned(item):
                     shutil.rmtree(item, ignore_errors=True)
@@ -251,11 +252,7 @@ def file_hashes(folder: Path) -> dict[str, str]:
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
         if path.is_file() and rel != KEY_FILE:
-            h = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
-            out[rel] = h.hexdigest()
+            out[rel] = sha256_file(path)
     return out
 
 
@@ -274,10 +271,6 @@ def _orphaned(item: Path) -> bool:
         return time.time() - item.stat().st_mtime > FOREIGN_TEMP_AGE_S
     except OSError:
         return False
-
-
-def _size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def default_cache() -> Cache:

@@ -31,9 +31,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def sibling(name):
-    """Import the module shipped beside this file (hashing, tensorrt_engine). runner.py runs as a
-    lone script on devices, so it imports its companions by folder, never through the edgeship
-    package; the folder leaves sys.path again, so that on the host it shadows nothing."""
+    """Import the module shipped beside this file (hashing, tensorrt_engine). On the host, where this
+    file is edgeship.devices.runner, that is the package's own module; on a device runner.py runs as a
+    lone script, so it imports its companions by folder (which leaves sys.path again afterwards)."""
+    if __package__:
+        return importlib.import_module("%s.%s" % (__package__, name))
     sys.path.insert(0, HERE)
     try:
         return importlib.import_module(name)
