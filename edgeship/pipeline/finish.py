@@ -29,23 +29,26 @@ class Unchanged:
     stale: list[str]
 
 
-def publish_build(plan: Plan, folder: BuildFolder, results: Results, progress: Progress) -> None:
-    """Reports, bundles and results.json into the staging folder, then all of it into the build folder."""
+def publish_build(plan: Plan, folder: BuildFolder, results: Results, progress: Progress) -> Pending | None:
+    """Reports, bundles and results.json into the staging folder, then all of it into the build folder;
+    the build as it is to be recorded in the results store (None without a store)."""
     report_and_bundle(plan, results, progress, folder.staged)
     results.write(folder.staged / RESULTS)
+    pending = None
     if plan.store is not None:
-        folder.stage_pending(uuid.uuid4().hex[:16], plan.store.display_url, results)
+        pending = folder.stage_pending(uuid.uuid4().hex[:16], plan.store.display_url, results)
     with progress.step(f"publish into {plan.out_dir}") as status:
         messages = folder.publish(results.build_key, [v.name for v in plan.profile.variants])
         status["result"] = f"wrote {plan.out_dir / RESULTS}"
     for line in messages:
         progress.info(line)
+    return pending
 
 
-def record_build(plan: Plan, folder: BuildFolder, progress: Progress) -> None:
+def record_build(plan: Plan, folder: BuildFolder, pending: Pending | None, progress: Progress) -> None:
     """Record the published build in the results store (StoreError, exit 2, when it cannot: the files
     are whole, and the next build into the folder records it)."""
-    _record(plan, folder, folder.pending(), progress,
+    _record(plan, folder, pending, progress,
             f"The files in {plan.out_dir} are written and consistent; the next build into it records this build "
             f"(kept in {folder.root / UNRECORDED})")
 
@@ -53,6 +56,9 @@ def record_build(plan: Plan, folder: BuildFolder, progress: Progress) -> None:
 def record_pending(plan: Plan, folder: BuildFolder, progress: Progress) -> None:
     """Record a build that an earlier run wrote but the results store could not take then."""
     pending = folder.pending()
+    if pending is None and (folder.root / UNRECORDED).exists():
+        progress.info(f"{folder.root / UNRECORDED} cannot be read: the build it kept is not recorded in the "
+                      "results database (remove the file to stop this message)")
     if pending is not None:
         _record(plan, folder, pending, progress,
                 f"It is the build of {pending.results.created} in {plan.out_dir}, written but not yet recorded "

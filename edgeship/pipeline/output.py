@@ -281,9 +281,11 @@ class BuildFolder:
 
     # A build the results store could not take.
 
-    def stage_pending(self, build_id: str, database: str, results: Results) -> None:
+    def stage_pending(self, build_id: str, database: str, results: Results) -> Pending:
+        """The build, kept as unrecorded until the store takes it (published with the other files)."""
         doc = {"build_id": build_id, "database": database, "results": json.loads(results.dump())}
         atomic_write_text(self.staged / UNRECORDED, json.dumps(doc, indent=1) + "\n")
+        return Pending(build_id, database, results)
 
     def pending(self) -> Pending | None:
         try:

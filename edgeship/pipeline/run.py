@@ -89,8 +89,7 @@ def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
     results = Results(target=plan.profile.name, created=now_utc(), model=model_info(model, ref),
                       toolchain=toolchain_versions(), variants=rows, selection=selection, build_key=build_key,
                       notes=unmeasured_devices(rows, [d.name for d in plan.devices]))
-    publish_build(plan, folder, results, progress)
-    record_build(plan, folder, progress)
+    record_build(plan, folder, publish_build(plan, folder, results, progress), progress)
     return results_or_gate_failure(plan, results)
 
 

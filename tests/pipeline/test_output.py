@@ -125,3 +125,16 @@ def test_output_publish_retracts_old_results_before_changing_any_artifact(tmp_pa
     monkeypatch.setattr(BuildFolder, "_merge_variant", merge)
     _build(folder, ["a"])
     assert seen == [(False, False, True)]
+
+
+def test_record_pending_says_when_the_kept_build_cannot_be_read(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from edgeship.pipeline.finish import record_pending
+    from edgeship.pipeline.output import UNRECORDED, BuildFolder
+
+    (tmp_path / UNRECORDED).write_text("{not json")
+    said: list[str] = []
+    plan = SimpleNamespace(store=SimpleNamespace(display_url="sqlite://"), out_dir=tmp_path)
+    record_pending(plan, BuildFolder(tmp_path), SimpleNamespace(info=said.append))
+    assert said and "cannot be read: the build it kept is not recorded" in said[0]
