@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from edgeship.config import StrictModel, check
-from edgeship.errors import ProfileError, did_you_mean, one_of
+from edgeship.errors import ProfileError
 from edgeship.quantize.settings import QuantizationSupport
 
 SPECS: dict[str, type[BackendSpec]] = {}
@@ -217,10 +217,3 @@ class CoremlSpec(BackendSpec):
             "ALL", description="Compute units Core ML may use when the package is loaded and timed.")
         weight_mode: Literal["linear_symmetric", "linear"] = Field(
             "linear_symmetric", description="int8 weight quantization mode (w8 and int8 precisions).")
-
-
-def spec_for(name: str) -> type[BackendSpec]:
-    """The declaration of backend ``name`` (ProfileError naming the known ones otherwise)."""
-    if name not in SPECS:
-        raise ProfileError(f"unknown backend {name!r}; {one_of(SPECS)}{did_you_mean(name, SPECS)}")
-    return SPECS[name]

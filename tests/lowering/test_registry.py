@@ -10,7 +10,7 @@ from edgeship.config import StrictModel
 from edgeship.errors import ProfileError
 from edgeship.lowering.backends import BACKENDS
 from edgeship.lowering.base import Backend
-from edgeship.lowering.registry import SPECS, BackendSpec, spec_for
+from edgeship.lowering.registry import SPECS, BackendSpec
 from edgeship.quantize.settings import QuantizationSupport
 
 MODULE_FOR = {"pytorch-mobile": "mobile"}
@@ -52,10 +52,13 @@ def test_registry_refuses_a_second_declaration_of_a_name() -> None:
     assert SPECS["onnx"].__name__ == "OnnxSpec"
 
 
-def test_registry_unknown_backend_names_the_known_ones() -> None:
-    with pytest.raises(ProfileError, match="onnx") as e:
-        spec_for("onxx")
-    assert "did you mean" in str(e.value)
+def test_registry_unknown_backend_names_the_known_ones(tmp_path: Path) -> None:
+    from edgeship.profile import load_profile
+
+    (tmp_path / "p.toml").write_text('[[variants]]\nname = "x"\nbackend = "onxx"\n')
+    with pytest.raises(ProfileError, match=r"variants\[0\]\.backend.*onnx") as e:
+        load_profile(tmp_path / "p.toml")
+    assert 'did you mean "onnx"' in str(e.value)
 
 
 def test_registry_is_readable_without_loading_an_implementation() -> None:
