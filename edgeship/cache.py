@@ -95,9 +95,14 @@ class Cache:
         problem = entry_damage(dest)
         if problem is None:
             return CacheEntry(dest, key, hit=True)
-        self.discard(dest)
-        self.notices.append(f"stage cache entry {namespace}/{key} is damaged ({problem}); discarded, {redo}")
+        self.discard_damaged(CacheEntry(dest, key, hit=True), problem, redo)
         return None
+
+    def discard_damaged(self, entry: CacheEntry, problem: str, redo: str) -> None:
+        """Take a damaged entry away and say so in ``notices`` (what was wrong, what the build does)."""
+        self.discard(entry.path)
+        self.notices.append(f"stage cache entry {entry.path.parent.name}/{entry.key} is damaged ({problem}); "
+                            f"discarded, {redo}")
 
     def get_or_compute(self, namespace: str, key_parts: Any, compute: Callable[[Path], None],
                        redo: str = "computing it again") -> CacheEntry:

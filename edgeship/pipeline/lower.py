@@ -39,11 +39,18 @@ class Lowered:
     seconds: float | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    sha256: str | None = None   # the artifact's, once known (restored entries bring theirs, checked)
+
+    def artifact_sha256(self) -> str:
+        """The artifact's sha256, hashed once however often it is asked for."""
+        if self.sha256 is None:
+            self.sha256 = sha256_path(self.artifact.path)
+        return self.sha256
 
     def cache_record(self) -> dict[str, Any]:
         """What the stage cache keeps beside the variant's folder, to restore this outcome."""
         path = self.artifact.path
-        return {"file": path.name, "sha256": sha256_path(path), "capture": self.capture,
+        return {"file": path.name, "sha256": self.artifact_sha256(), "capture": self.capture,
                 "capture_seconds": self.capture_seconds, "seconds": self.seconds, "notes": self.notes,
                 "artifact_notes": self.artifact.notes, "details": self.artifact.details, "lowered_at": now_utc()}
 
@@ -54,7 +61,8 @@ def restored(variant: Variant, record: dict[str, Any], folder: Path) -> Lowered:
     notes = list(record["artifact_notes"]) + [f"reused from the stage cache (lowered {record['lowered_at']})"]
     return Lowered(variant, backend, backend.parse_options(variant.options),
                    artifact=Artifact(folder / record["file"], notes, record["details"]), capture=record["capture"],
-                   capture_seconds=record["capture_seconds"], seconds=record["seconds"], notes=list(record["notes"]))
+                   capture_seconds=record["capture_seconds"], seconds=record["seconds"], notes=list(record["notes"]),
+                   sha256=record["sha256"])
 
 
 def capture_order(profile: Profile, variant: Variant) -> list[str]:

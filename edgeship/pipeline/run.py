@@ -17,7 +17,6 @@ from edgeship.cache import Cache, default_cache
 from edgeship.calibration import Dataset, load_dataset, random_dataset
 from edgeship.calibration.provider import calibration_data, calibration_variants
 from edgeship.devices import Job
-from edgeship.devices.hashing import sha256_path
 from edgeship.errors import CaptureError, GateFailure
 from edgeship.fsutil import no_space_is_output_error, tree_size
 from edgeship.lowering.capture import Capturer
@@ -229,7 +228,7 @@ def variant_row(staged: Path, item: Lowered) -> VariantResult:
         path = item.artifact.path
         row.file = path.relative_to(staged).as_posix()
         row.size_bytes = tree_size(path)
-        row.sha256 = sha256_path(path)
+        row.sha256 = item.artifact_sha256()
         row.lowering.notes += item.artifact.notes
         row.lowering.details = item.artifact.details
     else:
@@ -281,7 +280,7 @@ def eager_job(plan: Plan, model: LazyModel, ref: Reference) -> Job:
 
 def artifact_job(plan: Plan, model: LazyModel, ref: Reference, item: Lowered) -> Job:
     path = item.artifact.path
-    return _job(plan, model, ref, item.backend.runtime, path, sha256_path(path),
+    return _job(plan, model, ref, item.backend.runtime, path, item.artifact_sha256(),
                 item.backend.job_options(item.options, item.variant.precision))
 
 

@@ -119,26 +119,21 @@ class StageKeys:
 
 def restore_artifact(cache: Cache, key: dict[str, Any], folder: Path) -> dict[str, Any] | None:
     """Copy a cached variant folder to ``folder`` (the build's staging folder), checked: None on a
-    miss, or when the entry is damaged (then it is discarded, with a line in ``cache.notices``)."""
+    miss, or when the entry is damaged (then it is discarded, with a line in ``cache.notices``).
+    ``Cache.get`` has checked every file of the entry; the copy is checked against the artifact's
+    sha256 in lowered.json, so what the build validates is what lowering wrote."""
     entry = cache.get("artifact", key, redo="lowering again")
     if entry is None:
         return None
     record = json.loads((entry.path / LOWERED).read_text())
-    source = entry.path / "files" / record["file"]
-    problem = None
-    if not (source.exists() and sha256_path(source) == record["sha256"]):
-        problem = f"files/{record['file']}: sha256 differs from the one in {LOWERED}"
-    else:
-        remove_path(folder)
-        with no_space_is_output_error(folder):
-            shutil.copytree(entry.path / "files", folder)
-        if sha256_path(folder / record["file"]) != record["sha256"]:
-            problem = f"the copy of files/{record['file']} read back with another sha256"
-    if problem is None:
+    remove_path(folder)
+    with no_space_is_output_error(folder):
+        shutil.copytree(entry.path / "files", folder)
+    copy = folder / record["file"]
+    if copy.exists() and sha256_path(copy) == record["sha256"]:
         return record
     remove_path(folder)
-    cache.discard(entry.path)
-    cache.notices.append(f"stage cache entry artifact/{entry.key} is damaged ({problem}); discarded, lowering again")
+    cache.discard_damaged(entry, f"files/{record['file']}: sha256 differs from the one in {LOWERED}", "lowering again")
     return None
 
 
