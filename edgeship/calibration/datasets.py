@@ -62,11 +62,14 @@ def _fit_input(array: np.ndarray, inp: InputSpec, source: str) -> np.ndarray:
     target = np.dtype(inp.dtype)
     if np.issubdtype(target, np.floating) != np.issubdtype(array.dtype, np.floating):
         raise DataError(f"{source}: input {inp.name!r} has dtype {array.dtype}, the model takes {inp.dtype}")
-    refuse_non_finite(array, f"{source}: input {inp.name!r}")
     with np.errstate(over="ignore"):  # a value beyond the spec's dtype becomes inf: refused just below
         fitted = np.ascontiguousarray(array.astype(target, copy=False))
-    refuse_non_finite(fitted, f"{source}: input {inp.name!r}", f" after conversion to {inp.dtype} "
-                      "(values beyond its range)")
+    try:  # one scan when the data is fine; on a failure, say whether the data or the conversion made it
+        refuse_non_finite(fitted, "")
+    except DataError:
+        refuse_non_finite(array, f"{source}: input {inp.name!r}")
+        refuse_non_finite(fitted, f"{source}: input {inp.name!r}", f" after conversion to {inp.dtype} "
+                          "(values beyond its range)")
     return fitted
 
 
