@@ -25,8 +25,30 @@ class ResultModel(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class OutputAccuracy(ResultModel):
+    """One output of a variant against the same output of the float model."""
+
+    name: str
+    sqnr_db: float | None = Field(None, description="None when identical (infinite), or not element-wise comparable.")
+    cosine: float | None = None
+    max_abs_err: float | None = None
+    equal: float | None = Field(None, description="Share of equal elements (integer and boolean outputs).")
+    non_finite: int | None = None
+    note: str | None = Field(None, description="Why figures are null.")
+
+
+class TaskAccuracy(ResultModel):
+    """The model spec's task's metrics (detection, segmentation, embedding), e.g. map50_vs_float."""
+
+    task: str
+    values: dict[str, float | None] = Field(default_factory=dict)
+    notes: dict[str, str] = Field(default_factory=dict, description="Why a value is null, keyed by its name.")
+
+
 class Accuracy(ResultModel):
-    """Outputs of one variant against the float model's, on the evaluation samples."""
+    """Outputs of one variant against the float model's, on the evaluation samples. The top-level
+    figures are those of the task's primary output (the first, or the one the spec names);
+    ``outputs`` has every output's, ``task`` the task's own metrics."""
 
     samples: int
     top1: float | None = None
@@ -43,6 +65,9 @@ class Accuracy(ResultModel):
                           "(non-finite, all zero, constant, or constant evaluation inputs): the figures "
                           "prove nothing and reports show 'not informative'.")
     uninformative_reason: str | None = Field(None, description="Why informative is false.")
+    output: str | None = Field(None, description="Name of the output the top-level figures are of.")
+    outputs: list[OutputAccuracy] = Field(default_factory=list, description="Every output's figures, by name.")
+    task: TaskAccuracy | None = Field(None, description="The task's metrics; None for classification and generic.")
 
 
 class Latency(ResultModel):
@@ -71,6 +96,9 @@ class Latency(ResultModel):
         None, description="Accuracy of the outputs this device returned; None when it returned none.")
     inputs_sha256: str | None = Field(
         None, description="sha256 of the evaluation inputs the device ran (build --resume compares it).")
+    output_mismatch: list[str] = Field(
+        default_factory=list, description="How the outputs this device returned differ from the float model's "
+                                          "(count, shape, dtype); the variant fails when any does.")
     reference_sha256: str | None = Field(
         None, description="sha256 of the float model's outputs and the labels this row's accuracy was computed "
                           "against (build --resume compares it).")
@@ -140,7 +168,9 @@ class ModelInfo(ResultModel):
         None, description="Seed of torch, numpy and random when the entry callable built the module (the "
                           "model spec's seed): what a model without weights file is initialised from.")
     outputs: list[dict[str, Any]] = Field(
-        default_factory=list, description="The float model's first output: shape (batch first) and dtype.")
+        default_factory=list, description="The float model's outputs, flattened in order: name, shape (batch "
+                                          "first; null where the length varies by sample), dtype, ragged.")
+    task: str = Field("classification", description="The model spec's task: how outputs were judged.")
 
 
 class Results(ResultModel):

@@ -34,8 +34,8 @@ def read_npz(path: Path, spec: ModelSpec) -> Dataset:
     inputs = {name: arrays[key] for name, key in zip(names, keys)}
     labels = arrays.get("y")
     if labels is not None:
-        if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-            raise DataError(f"{path}: y must be a 1-D array of integer class indices, "
-                            f"got shape {list(labels.shape)} dtype {labels.dtype}")
+        if labels.ndim not in (1, 3) or not np.issubdtype(labels.dtype, np.integer):
+            raise DataError(f"{path}: y must be integer class indices [N] (or class masks [N, H, W] for task "
+                            f"segmentation), got shape {list(labels.shape)} dtype {labels.dtype}")
         labels = labels.astype(np.int64)
     return Dataset(inputs, labels, str(path))

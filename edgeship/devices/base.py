@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from edgeship.devices.runner import decode_outputs
+
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "runner.py"
 # What goes to a device beside each job: the runner and the sibling modules it imports (it
@@ -50,7 +52,7 @@ class JobResult:
     """What came back: the runner's result document and its outputs."""
 
     document: dict[str, Any]
-    outputs: list[np.ndarray]
+    outputs: list[np.ndarray | list[np.ndarray]]  # in flattened order; a list: one array per sample
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -64,10 +66,10 @@ class JobResult:
         doc = json.loads((folder / "result.json").read_text())
         if not doc.get("ok"):
             raise MeasurementError(doc.get("error", "runner failed"))
-        outputs: list[np.ndarray] = []
+        outputs: list[np.ndarray | list[np.ndarray]] = []
         if (folder / "outputs.npz").exists():
             with np.load(folder / "outputs.npz", allow_pickle=False) as npz:
-                outputs = [npz[f"out{i}"] for i in range(len(npz.files))]
+                outputs = decode_outputs(npz)
         return cls(doc, outputs)
 
 

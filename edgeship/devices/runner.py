@@ -9,7 +9,8 @@ nothing of edgeship. The job (JSON) names the runtime, the artifact and its sha2
 ``.npz`` (one array per input, N samples), the batch size, warmup, iterations and threads.
 The runner checks the artifact's sha256 first, times ``iterations`` inferences on the first batch
 after ``warmup`` untimed ones, then runs every batch and writes the outputs ``.npz`` (``out0``,
-``out1``, ...) and a result JSON. Accuracy is computed by the host from those outputs.
+``out1``, ... in the model's flattened output order; ``out<i>.<sample>`` for an output whose length
+varies by sample) and a result JSON. Accuracy is computed by the host from those outputs.
 
 Each runtime is a ``Runner`` (after Polygraphy's runners): ``load()`` the artifact, ``infer()`` a
 batch, ``close()``; ``run()`` does all the timing. The host-only ``eager`` runtime lives in
@@ -387,6 +388,55 @@ def batches(inputs, names, batch):
     return out, n
 
 
+def merge_batches(per_batch, batch, n):
+    """One entry per output from the outputs of every batch (lists in the same order): an array
+    [n, ...] when every batch's output has the batch first, else (the length varies: detections
+    after NMS) a list with one array per sample, which needs a batch of 1."""
+    counts = set(len(o) for o in per_batch)
+    if len(counts) > 1:
+        raise RuntimeError("the artifact returned %s outputs for different batches" % sorted(counts))
+    merged = []
+    for i in range(len(per_batch[0])):
+        parts = [np.asarray(o[i]) for o in per_batch]
+        if all(p.ndim and p.shape[0] == batch for p in parts) and len(set(p.shape for p in parts)) == 1:
+            merged.append(np.concatenate(parts)[:n])
+        elif batch == 1:
+            merged.append(parts[:n])
+        else:
+            raise RuntimeError("output %d has shapes %s, not [%d, ...] for a batch of %d: outputs whose length "
+                               "varies by sample need a batch of 1" % (i, [list(p.shape) for p in parts[:3]],
+                                                                        batch, batch))
+    return merged
+
+
+def encode_outputs(merged):
+    """The npz entries of merged outputs: ``out<i>`` for an array, ``out<i>.<sample>`` per sample of a
+    list (``out<i>.count`` holds the sample count, so a list of none is kept too)."""
+    entries = {}
+    for i, value in enumerate(merged):
+        if isinstance(value, list):
+            entries["out%d.count" % i] = np.asarray(len(value))
+            for s, part in enumerate(value):
+                entries["out%d.%d" % (i, s)] = part
+        else:
+            entries["out%d" % i] = value
+    return entries
+
+
+def decode_outputs(npz):
+    """The merged outputs back from :func:`encode_outputs`' entries (a loaded npz or a dict)."""
+    files = set(npz.files if hasattr(npz, "files") else npz)
+    merged = []
+    while True:
+        i = len(merged)
+        if "out%d" % i in files:
+            merged.append(npz["out%d" % i])
+        elif "out%d.count" % i in files:
+            merged.append([npz["out%d.%d" % (i, s)] for s in range(int(npz["out%d.count" % i]))])
+        else:
+            return merged
+
+
 def check_sha256(artifact, expected):
     """Refuse an artifact that is not the one the host measured for (a stale or partial copy)."""
     if artifact and expected:
@@ -426,8 +476,7 @@ def run(job, base):
         threads = job.get("threads") or runner.threads_in_use()
     finally:
         runner.close()
-    merged = {"out%d" % i: np.concatenate([o[i] for o in outputs])[:n] for i in range(len(outputs[0]))}
-    np.savez(resolve(job.get("outputs", "outputs.npz")), **merged)
+    np.savez(resolve(job.get("outputs", "outputs.npz")), **encode_outputs(merge_batches(outputs, int(job.get("batch", 1)), n)))
     return {
         "ok": True, "runtime": job["runtime"], "runtime_version": runner.version, "threads": threads,
         "load_ms": load_ms, "timings_ms": timings, "peak_rss_mb": peak_rss_mb(),

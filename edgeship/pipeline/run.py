@@ -22,6 +22,7 @@ from edgeship.fsutil import no_space_is_output_error, tree_size
 from edgeship.lowering.capture import Capturer
 from edgeship.lowering.registry import SPECS
 from edgeship.model import LazyModel
+from edgeship.outputs import onnx_name
 from edgeship.pipeline.finish import Unchanged, publish_build, record_build, record_pending, reuse_output
 from edgeship.pipeline.lower import Lowered, lower_variant, restored
 from edgeship.pipeline.output import RESULTS, WORK, BuildFolder, report_names
@@ -39,15 +40,18 @@ from edgeship.pipeline.stagecache import StageKeys, restore_artifact, store_arti
 from edgeship.pipeline.validate import (
     Reference,
     check_device_gates,
+    has_accuracy_gates,
+    inapplicable_gates,
     inputs_fingerprint,
     reference_fingerprint,
     reference_stage,
 )
-from edgeship.profile.models import Variant
+from edgeship.profile.models import Gates, Variant
 from edgeship.progress import Progress
 from edgeship.quantize.selection import select_variant
 from edgeship.quantize.settings import scheme_of
 from edgeship.results import ModelInfo, Results, VariantResult, now_utc, toolchain_versions
+from edgeship.tasks.evaluate import TASK_GATES
 
 
 def build(request: BuildRequest) -> Results:
@@ -263,8 +267,11 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
             if unavailable and not row.latency:
                 row.notes.append("gates not checked: no device in this build can run the artifact")
             else:
-                row.gates = check_device_gates(plan.profile.gates_for(_variant(plan, row.name)),
-                                               row.accuracy, row.latency)
+                gates = plan.profile.gates_for(_variant(plan, row.name))
+                row.gates = check_device_gates(gates, row.accuracy, row.latency, ref.judge.task)
+                row.gates.failures += declared_name_mismatch(row, ref.names)
+                row.gates.passed = not row.gates.failures
+                row.notes += gate_notes(gates, ref.judge.task)
 
 
 def _variant(plan: Plan, name: str) -> Variant:
@@ -293,12 +300,35 @@ def _job(plan: Plan, model: LazyModel, ref: Reference, runtime: str, artifact: P
                timeout_s=lat.timeout_s, options=options)
 
 
+def declared_name_mismatch(row: VariantResult, names: list[str]) -> list[str]:
+    """A failure when the artifact declares output names (ONNX, Core ML) other than the float model's."""
+    declared = [o.get("name") for o in row.lowering.details.get("outputs", []) if isinstance(o, dict)]
+    expected = [onnx_name(n) for n in names]
+    if not declared or declared == expected:
+        return []
+    return [f"output names: the artifact declares {', '.join(map(str, declared))}; the float model's outputs are "
+            f"{', '.join(expected)}"]
+
+
+def gate_notes(gates: Gates, task: str) -> list[str]:
+    """What the variant's notes say about gates the task does not check, or the lack of any."""
+    notes = []
+    skipped = inapplicable_gates(gates, task)
+    if skipped:
+        notes.append(f"gates not checked for task {task}: {', '.join(skipped)} (the task is judged by "
+                     f"{', '.join(TASK_GATES[task])})")
+    if not has_accuracy_gates(gates, task):
+        notes.append(f"no accuracy gate of task {task} is set ({', '.join(TASK_GATES[task])}): accuracy is "
+                     "reported, not checked")
+    return notes
+
+
 def model_info(model: LazyModel, ref: Reference) -> ModelInfo:
     spec = model.spec
-    output = {"shape": [batch_size(model), *ref.outputs.shape[1:]], "dtype": str(ref.outputs.dtype)}
     return ModelInfo(name=spec.name, entry=spec.entry, weights_sha256=model.weights_sha256,
                      inputs=[i.model_dump() for i in spec.inputs], params=model.params,
-                     flops=model.flops, seed=spec.seed, outputs=[output])
+                     flops=model.flops, seed=spec.seed, outputs=[s.to_json() for s in ref.signatures],
+                     task=spec.task)
 
 
 def _size(path: Path) -> str:

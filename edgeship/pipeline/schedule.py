@@ -22,6 +22,7 @@ from edgeship.devices import Device, Job
 from edgeship.devices.base import MeasurementError
 from edgeship.devices.lock import DeviceLock, describe
 from edgeship.errors import first_line
+from edgeship.outputs import mismatches
 from edgeship.pipeline.validate import (
     Measurement,
     Reference,
@@ -196,13 +197,15 @@ def record_measurements(row: VariantResult, tasks: list[Task], ref: Reference, i
             lat = task.result.latency
             lat.inputs_sha256, lat.reference_sha256 = inputs_sha256, ref.sha256
             if task.result.outputs is not None:
-                lat.accuracy = accuracy_of(ref, task.result.outputs)[0]
+                lat.output_mismatch = mismatches(ref.signatures, task.result.outputs, row.precision)
+                if not lat.output_mismatch:
+                    lat.accuracy = accuracy_of(ref, task.result.outputs)[0]
         row.latency.append(lat)
     first = next((lat for lat in row.latency if lat.accuracy is not None), None)
     if first is not None:
         row.accuracy = first.accuracy
-        row.notes += [f"accuracy from outputs on {first.device}"] + accuracy_notes(first.accuracy,
-                                                                                  ref.data.labels is not None)
+        labelled = ref.data.labels is not None and ref.judge.task == "classification"
+        row.notes += [f"accuracy from outputs on {first.device}"] + accuracy_notes(first.accuracy, labelled)
     if row.backend == "eager":
         row.gates = reference_gates(ref, row.accuracy)
 

@@ -24,10 +24,14 @@ from edgeship.cache import Cache
 from edgeship.calibration import Dataset
 from edgeship.devices import Device, Job
 from edgeship.devices.base import JobResult, MeasurementError, TransportError
-from edgeship.errors import DataError, ModelSpecError
+from edgeship.devices.runner import decode_outputs, encode_outputs, merge_batches
+from edgeship.entry import import_entry, importable
+from edgeship.errors import DataError, ModelSpecError, first_line
 from edgeship.model import call_model
+from edgeship.outputs import OutputSignature, flatten, mismatches, signature_of
 from edgeship.profile import Gates, LatencySettings
-from edgeship.results import Accuracy, GateResult, Latency, now_utc
+from edgeship.results import Accuracy, GateResult, Latency, OutputAccuracy, TaskAccuracy, now_utc
+from edgeship.tasks.evaluate import GATE_METRICS, TASK_GATES, Output, TaskJudge
 
 NON_FINITE = "outputs contain {n} non-finite values (NaN or inf)"
 NOT_INFORMATIVE = "accuracy not informative"
@@ -36,59 +40,94 @@ REPRODUCE_MIN_SQNR_DB = 40.0  # a float model against itself: ~130 dB; a differe
 
 @dataclass
 class Reference:
-    """The float model's outputs on the evaluation samples, and the samples as a runner input."""
+    """The float model's outputs on the evaluation samples (flattened, by name), the samples as a
+    runner input, and the spec's task that judges outputs against them."""
 
     data: Dataset
-    outputs: np.ndarray
+    outputs: list[Output]       # per output: an array [N, ...], or one array per sample (ragged)
+    names: list[str]
     inputs_npz: Path
+    judge: TaskJudge
+    batch: int = 1
+
+    @property
+    def primary_index(self) -> int:
+        return self.judge.primary()
+
+    @property
+    def primary(self) -> Output:
+        """The output the accuracy block's top-level figures are of."""
+        return self.outputs[self.primary_index]
+
+    @functools.cached_property
+    def signatures(self) -> list[OutputSignature]:
+        return [signature_of(n, o, self.batch) for n, o in zip(self.names, self.outputs)]
 
     @functools.cached_property
     def problem(self) -> str | None:
         """Why comparing outputs with these proves nothing (:func:`metrics.uninformative_reason`), or None."""
-        return metrics.uninformative_reason(self.outputs, self.data.inputs)
+        if isinstance(self.primary, list):
+            return None  # varying-length outputs: the task's metrics say whether there was anything to match
+        return metrics.uninformative_reason(self.primary, self.data.inputs)
 
     @functools.cached_property
     def sha256(self) -> str:
-        """sha256 of the float outputs and the labels: what every accuracy figure is computed against."""
+        """sha256 of the float outputs (names, dtypes, shapes, bytes) and the labels: what every
+        accuracy figure is computed against."""
         h = hashlib.sha256()
-        for name, a in (("outputs", self.outputs), ("labels", self.data.labels)):
+        arrays = [(f"{name}.{k}", a) for name, value in zip(self.names, self.outputs)
+                  for k, a in (enumerate(value) if isinstance(value, list) else [("all", value)])]
+        for name, a in arrays + [("labels", self.data.labels)]:
             if a is not None:
                 a = np.ascontiguousarray(a)
                 h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
                 h.update(a.tobytes())
         return h.hexdigest()
 
+    def non_finite(self) -> int:
+        return sum(metrics.non_finite_count(a) for value in self.outputs
+                   for a in (value if isinstance(value, list) else [value]))
 
-def reference_outputs(module: Any, data: Dataset, batch: int, workdir: Path, source: str = "") -> Reference:
-    """Run the float module over the evaluation samples (in batches of the spec's batch size); what
-    the model raises on them is a ModelSpecError naming the spec (``source``) and the inputs."""
+
+def float_outputs(module: Any, data: Dataset, batch: int, source: str = "") -> tuple[list[str], list[Output]]:
+    """The float module's outputs over the evaluation samples (in batches of the spec's batch size),
+    flattened and named (:mod:`edgeship.outputs`); what the model raises on them, or an output
+    that is not a tensor, is a ModelSpecError naming the spec (``source``)."""
     import torch
 
-    outs = []
+    per_batch, names = [], None
     with torch.inference_mode():
         for part in data.batches(batch):
-            out = _first_output(call_model(module, {k: torch.from_numpy(a) for k, a in part.items()}, source))
-            if not isinstance(out, torch.Tensor):
-                raise ModelSpecError(f"the model's first output is a {type(out).__name__}; edgeship "
-                                     "compares tensor outputs (logits, features)")
-            outs.append(out.detach().numpy())
-    workdir.mkdir(parents=True, exist_ok=True)
-    inputs_npz = workdir / "eval_inputs.npz"
-    np.savez(inputs_npz, **data.inputs)
-    return Reference(data, np.concatenate(outs)[: len(data)], inputs_npz)
+            flat = flatten(call_model(module, {k: torch.from_numpy(a) for k, a in part.items()}, source))
+            for name, value in flat:
+                if not isinstance(value, torch.Tensor):
+                    raise ModelSpecError(f"{source or 'model spec'}: the model's output {name} is a "
+                                         f"{type(value).__name__}; edgeship compares tensor outputs")
+            names = names or [name for name, _ in flat]
+            per_batch.append([value.detach().numpy() for _, value in flat])
+    try:
+        return names, merge_batches(per_batch, batch, len(data))
+    except RuntimeError as e:
+        raise ModelSpecError(f"{source or 'model spec'}: {e}") from None
 
 
 def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any, key: dict[str, Any],
                     cache: Cache, workdir: Path) -> Reference:
     """The evaluation samples and the float outputs on them, from the stage cache when the model
     and data are unchanged (then the model is not loaded); ``model.counts`` get params and FLOPs."""
+    spec, batch = model.spec, int(model.spec.inputs[0].shape[0])
+
     def compute(folder: Path) -> None:
         data = evaluation(plan)
-        ref = reference_outputs(model.module, data, int(model.spec.inputs[0].shape[0]), folder, model.spec.source)
+        names, outputs = float_outputs(model.module, data, batch, spec.source)
         labels = {} if data.labels is None else {"labels": data.labels}
-        np.savez(folder / "reference.npz", outputs=ref.outputs, **labels)
+        np.savez(folder / "reference.npz", **encode_outputs(outputs), **labels)
+        np.savez(folder / "eval_inputs.npz", **data.inputs)
+        anchors = task_anchors(spec)
+        if anchors is not None:
+            np.save(folder / "anchors.npy", anchors)
         facts = {"params": model.params, "flops": model.flops, "source": data.source,
-                 "state_sha256": model.state_sha256}
+                 "state_sha256": model.state_sha256, "names": names}
         (folder / "facts.json").write_text(json.dumps(facts))
 
     entry = cache.get_or_compute("reference", key, compute)
@@ -98,18 +137,61 @@ def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any,
     with np.load(entry.path / "eval_inputs.npz", allow_pickle=False) as npz:
         inputs = {name: npz[name] for name in npz.files}
     with np.load(entry.path / "reference.npz", allow_pickle=False) as npz:
-        outputs, labels = npz["outputs"], (npz["labels"] if "labels" in npz.files else None)
-    check_labels(labels, outputs, facts["source"])
+        outputs, labels = decode_outputs(npz), (npz["labels"] if "labels" in npz.files else None)
+    anchors = np.load(entry.path / "anchors.npy") if (entry.path / "anchors.npy").exists() else None
+    judge = TaskJudge(spec, facts["names"], anchors)
+    try:
+        judge.check()
+    except ValueError as e:
+        raise ModelSpecError(str(e)) from None
+    ref = Reference(Dataset(inputs, labels, facts["source"]), outputs, facts["names"],
+                    workdir / "eval_inputs.npz", judge, batch)
+    check_labels(ref)
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(entry.path / "eval_inputs.npz", workdir / "eval_inputs.npz")
-    return Reference(Dataset(inputs, labels, facts["source"]), outputs, workdir / "eval_inputs.npz")
+    return ref
 
 
-def check_labels(labels: np.ndarray | None, outputs: np.ndarray, source: str) -> None:
-    """DataError naming the data source when a label is not a class index of the float model's
-    outputs (``[0, values per sample)``): top-1 against it would be silently wrong."""
-    if labels is None or not len(outputs):
+def task_anchors(spec: Any) -> np.ndarray | None:
+    """The anchors of a detection model decoded on the host, from the spec's callable, checked:
+    an [A, 4] array of finite numbers (ModelSpecError otherwise); None for other models."""
+    settings = spec.task_settings()
+    decode = getattr(settings, "decode", None)
+    if spec.task != "detection" or settings.postprocess != "host" or decode is None:
+        return None
+    where = f"{spec.source or 'model spec'}: [detection.decode] anchors {decode.anchors}"
+    with importable(spec.base_dir):
+        factory = import_entry(decode.anchors, spec.base_dir, ModelSpecError, where)
+        try:
+            anchors = np.asarray(factory(), dtype=np.float32)
+        except Exception as e:
+            raise ModelSpecError(f"{where} raised {type(e).__name__}: {first_line(e)}") from None
+    if anchors.ndim != 2 or anchors.shape[1] != 4 or not np.isfinite(anchors).all():
+        raise ModelSpecError(f"{where}: expected an [anchors, 4] array of finite xyxy boxes, got shape "
+                             f"{list(anchors.shape)}")
+    return anchors
+
+
+def check_labels(ref: Reference) -> None:
+    """DataError naming the data source when the labels do not fit the task: class indices in
+    ``[0, values per sample)`` of the primary output (classification), masks [N, H, W] of the
+    primary output's size (segmentation); other tasks read no labels."""
+    labels, source, task = ref.data.labels, ref.data.source, ref.judge.task
+    if labels is None or not len(ref.data):
         return
+    if task not in ("classification", "segmentation"):
+        raise DataError(f"{source}: has labels (y), but task {task} reads none (labelled boxes are not read yet); "
+                        "remove y, or set the model spec's task")
+    outputs = ref.primary
+    if task == "segmentation":
+        if labels.ndim != 3 or isinstance(outputs, list) or labels.shape != (outputs.shape[0], *outputs.shape[2:]):
+            want = "[N, H, W]" if isinstance(outputs, list) else f"{[outputs.shape[0], *outputs.shape[2:]]}"
+            raise DataError(f"{source}: segmentation labels (y) must be class masks {want} like the output "
+                            f"{ref.names[ref.primary_index]}'s argmax; got shape {list(labels.shape)}")
+        return
+    if labels.ndim != 1:
+        raise DataError(f"{source}: labels (y) have shape {list(labels.shape)}; classification labels are class "
+                        "indices [N] (masks [N, H, W] are for task segmentation)")
     classes = int(np.prod(outputs.shape[1:]))
     bad = metrics.out_of_range_labels(labels, classes)
     if bad.size:
@@ -119,20 +201,12 @@ def check_labels(labels: np.ndarray | None, outputs: np.ndarray, source: str) ->
                         f"has {classes} values per sample); {count} of {len(labels)} are not: {shown}")
 
 
-def _first_output(out: Any) -> Any:
-    while isinstance(out, (list, tuple)):
-        out = out[0]
-    if isinstance(out, dict):
-        return _first_output(next(iter(out.values())))
-    return out
-
-
 @dataclass
 class Measurement:
-    """One (variant, device) measurement: latency row and the outputs it produced."""
+    """One (variant, device) measurement: latency row and the outputs it produced (flattened)."""
 
     latency: Latency
-    outputs: np.ndarray | None
+    outputs: list[Output] | None
 
 
 def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
@@ -157,7 +231,7 @@ def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
     for key in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "cv"):
         setattr(row, key, stats.get(key))
     flag_unsteady(row, settings.max_cv)
-    return Measurement(row, result.outputs[0] if result.outputs else None)
+    return Measurement(row, result.outputs or None)
 
 
 def _run_with_retries(device: Device, job: Job, workdir: Path, row: Latency,
@@ -205,14 +279,52 @@ def reference_fingerprint(ref: Reference) -> str:
     return ref.sha256
 
 
-def accuracy_of(ref: Reference, outputs: np.ndarray) -> tuple[Accuracy, list[str]]:
-    """The accuracy block for ``outputs`` against the float outputs, with notes on null fields; not
-    informative (with the reason) when the float outputs carry no information."""
-    values = metrics.accuracy(ref.outputs, outputs.reshape(ref.outputs.shape), ref.data.labels)
-    accuracy = Accuracy(**values)
+def accuracy_of(ref: Reference, outputs: list[Output]) -> tuple[Accuracy, list[str]]:
+    """The accuracy block for an artifact's ``outputs`` (flattened, in the float model's order, with
+    the same signature: :func:`edgeship.outputs.mismatches` first) against the float outputs, with
+    notes on null fields; not informative (with the reason) when the float outputs carry no information."""
+    per = [output_accuracy(n, r, o) for n, r, o in zip(ref.names, ref.outputs, outputs)]
+    i, task = ref.primary_index, ref.judge.task
+    base = {"samples": len(ref.data), "output": ref.names[i], "outputs": per}
+    bad = sum(p.non_finite or 0 for p in per)
+    if bad or ref.non_finite():
+        accuracy = Accuracy(**base, non_finite=bad)
+    elif task == "classification" and not isinstance(ref.primary, list) and per[i].note is None:
+        values = metrics.accuracy(ref.primary, outputs[i].reshape(ref.primary.shape), ref.data.labels)
+        accuracy = Accuracy(**{**values, **base})
+    else:
+        accuracy = Accuracy(**base, sqnr_db=per[i].sqnr_db, cosine=per[i].cosine, max_abs_err=per[i].max_abs_err,
+                            non_finite=0, task=task_accuracy(ref, outputs))
     if ref.problem is not None:
         accuracy.informative, accuracy.uninformative_reason = False, ref.problem
-    return accuracy, accuracy_notes(accuracy, ref.data.labels is not None)
+    return accuracy, accuracy_notes(accuracy, ref.data.labels is not None and task == "classification")
+
+
+def output_accuracy(name: str, ref: Output, out: Output) -> OutputAccuracy:
+    """One output's element-wise figures; outputs whose length varies by sample have none (the
+    task's metrics judge them), integer outputs the share of equal elements."""
+    if isinstance(ref, list) or isinstance(out, list):
+        return OutputAccuracy(name=name, non_finite=sum(metrics.non_finite_count(a) for a in out),
+                              note="the length varies by sample: no element-wise figures (the task's metrics judge it)")
+    out = out.reshape(ref.shape)
+    bad = metrics.non_finite_count(out)
+    if bad or metrics.non_finite_count(ref):
+        return OutputAccuracy(name=name, non_finite=bad, note="non-finite values: no figures")
+    err = float(np.max(np.abs(out.astype(np.float64) - ref.astype(np.float64)))) if ref.size else 0.0
+    if not np.issubdtype(ref.dtype, np.inexact):
+        return OutputAccuracy(name=name, max_abs_err=err, equal=float(np.mean(ref == out)) if ref.size else 1.0,
+                              non_finite=0, note="integer output: compared element by element (equal)")
+    return OutputAccuracy(name=name, sqnr_db=metrics.sqnr_db(ref, out), cosine=metrics.cosine(ref, out),
+                          max_abs_err=err, non_finite=0)
+
+
+def task_accuracy(ref: Reference, outputs: list[Output]) -> TaskAccuracy | None:
+    """The task's metrics; a task that cannot read the outputs gets no values and the reason."""
+    try:
+        found = ref.judge.metrics(ref.outputs, outputs, ref.data.labels)
+    except ValueError as e:
+        return TaskAccuracy(task=ref.judge.task, notes={"error": first_line(e)})
+    return None if found is None else TaskAccuracy(**found.to_json())
 
 
 def accuracy_notes(accuracy: Accuracy, has_labels: bool) -> list[str]:
@@ -224,8 +336,10 @@ def accuracy_notes(accuracy: Accuracy, has_labels: bool) -> list[str]:
         notes.append("sqnr_db is null: outputs are identical to the float model's (infinite SQNR)")
     if not accuracy.informative:
         notes.append(f"{NOT_INFORMATIVE}: {accuracy.uninformative_reason}; the figures prove nothing")
-    if not has_labels:
+    if not has_labels and accuracy.task is None:
         notes.append("top1 is null: the evaluation data has no labels")
+    if accuracy.task is not None:
+        notes += [f"{accuracy.task.task} {name} is null: {why}" for name, why in accuracy.task.notes.items()]
     return notes
 
 
@@ -233,7 +347,7 @@ def reference_gates(ref: Reference, accuracy: Accuracy | None) -> GateResult:
     """The eager row's own checks: the float outputs are finite, and the float model run by the
     eager runner (a fresh process) reproduces them; otherwise no comparison in the build holds."""
     failures = []
-    bad = metrics.non_finite_count(ref.outputs)
+    bad = ref.non_finite()
     if bad:
         failures.append(f"the float model's {NON_FINITE.format(n=bad)}")
     elif accuracy is not None and not _reproduces(accuracy):
@@ -245,58 +359,64 @@ def reference_gates(ref: Reference, accuracy: Accuracy | None) -> GateResult:
 
 
 def _reproduces(accuracy: Accuracy) -> bool:
+    """Every output of the eager runner's float model matches the build's: element-wise outputs to
+    REPRODUCE_MIN_SQNR_DB, integer outputs exactly, varying-length outputs by the task's metrics."""
     if accuracy.non_finite:
         return False
-    if accuracy.sqnr_db is None:
-        return accuracy.max_abs_err == 0.0
-    return accuracy.sqnr_db >= REPRODUCE_MIN_SQNR_DB
+    for out in accuracy.outputs or [OutputAccuracy(name="", sqnr_db=accuracy.sqnr_db, max_abs_err=accuracy.max_abs_err)]:
+        if out.equal is not None and out.equal < 1.0:
+            return False
+        if out.equal is None and out.note is None and not (
+                out.max_abs_err == 0.0 if out.sqnr_db is None else out.sqnr_db >= REPRODUCE_MIN_SQNR_DB):
+            return False
+    if accuracy.task is not None and accuracy.task.task == "detection":
+        return accuracy.task.values.get("recall_vs_float") in (None, 1.0) and \
+            accuracy.task.values.get("precision_vs_float") in (None, 1.0)
+    return True
 
 
-def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency]) -> GateResult:
+def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency],
+                       task: str = "classification") -> GateResult:
     """check_gates on the variant's accuracy, plus the accuracy gates on every other device that
-    returned outputs (a device whose runtime computes differently fails the variant too)."""
-    result = check_gates(gates, accuracy, latency)
+    returned outputs (a device whose runtime computes differently fails the variant too), and a
+    failure for every device whose outputs differ from the float model's in count, shape or dtype."""
+    result = check_gates(gates, accuracy, latency, task)
     for row in latency:
+        result.failures += [f"output signature on {row.device}: {m}" for m in row.output_mismatch]
         if row.accuracy is not None and row.accuracy is not accuracy:
-            result.failures += [f"{f} on {row.device}" for f in check_gates(gates, row.accuracy, []).failures
+            result.failures += [f"{f} on {row.device}" for f in check_gates(gates, row.accuracy, [], task).failures
                                 if not (f.startswith(NOT_INFORMATIVE) and f in result.failures)]  # said once
     result.passed = not result.failures
     return result
 
 
-def has_accuracy_gates(gates: Gates) -> bool:
-    return any(v is not None for v in (gates.min_sqnr_db, gates.min_agreement, gates.min_cosine, gates.max_top1_drop))
+def has_accuracy_gates(gates: Gates, task: str = "classification") -> bool:
+    return any(getattr(gates, name) is not None for name in TASK_GATES[task])
 
 
-def check_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency]) -> GateResult:
-    """Compare measured values with the gates. An accuracy gate whose value was not measured fails;
-    the top-1 gate is skipped where the evaluation data has no labels (the notes say so). Outputs
-    with NaN or inf always fail; accuracy that is not informative fails the accuracy gates (they
-    would pass without proving anything)."""
+def inapplicable_gates(gates: Gates, task: str) -> list[str]:
+    """The accuracy gates the profile sets that the task does not check (e.g. min_sqnr_db for
+    detection: element-wise SQNR over detections is not what 'accurate' means there)."""
+    accuracy_gates = {name for names in TASK_GATES.values() for name in names}
+    return sorted(n for n in accuracy_gates - set(TASK_GATES[task]) if getattr(gates, n) is not None)
+
+
+def check_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency],
+                task: str = "classification") -> GateResult:
+    """Compare measured values with the gates the task checks (``TASK_GATES``). An accuracy gate
+    whose value was not measured fails; the top-1 gate is skipped where the evaluation data has no
+    labels (the notes say so). Outputs with NaN or inf always fail; accuracy that is not informative
+    fails the accuracy gates (they would pass without proving anything). Element-wise gates (SQNR,
+    cosine) hold for every output of a classification or generic model, not only the first."""
     failures: list[str] = []
-    acc = accuracy.model_dump() if accuracy else {}
-    identical = acc.get("max_abs_err") == 0.0
-
-    def low(field: str, limit: float | None, value: Any) -> None:
-        if limit is None:
-            return
-        if value is None:
-            if not (field == "sqnr_db" and identical):
-                failures.append(f"{field} not measured (gate min {limit})")
-        elif not math.isfinite(value) or value < limit:
-            failures.append(f"{field} {value:.4g} < {limit:g}")
-
     if accuracy is not None and accuracy.non_finite:
         failures.append(NON_FINITE.format(n=accuracy.non_finite))
-    elif accuracy is not None and not accuracy.informative and has_accuracy_gates(gates):
+    elif accuracy is not None and not accuracy.informative and has_accuracy_gates(gates, task):
         failures.append(f"{NOT_INFORMATIVE}: {accuracy.uninformative_reason} (accuracy gates not checked)")
-    else:
-        low("sqnr_db", gates.min_sqnr_db, acc.get("sqnr_db"))
-        low("agreement", gates.min_agreement, acc.get("agreement"))
-        low("cosine", gates.min_cosine, acc.get("cosine"))
-        drop = acc.get("top1_drop")
-        if gates.max_top1_drop is not None and drop is not None and not drop <= gates.max_top1_drop:
-            failures.append(f"top1_drop {drop:.3g} points > {gates.max_top1_drop:g}")
+    elif accuracy is not None and task in ("classification", "generic"):
+        failures += _element_gates(gates, accuracy, task)
+    elif accuracy is not None:
+        failures += _task_gates(gates, accuracy, task)
     if gates.max_p50_ms is not None:
         for row in latency:  # like the accuracy gates: unmeasured or non-finite never passes
             if row.p50_ms is None:
@@ -304,3 +424,45 @@ def check_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency])
             elif not row.p50_ms <= gates.max_p50_ms:
                 failures.append(f"p50 {row.p50_ms:.3g} ms on {row.device} > {gates.max_p50_ms:g} ms")
     return GateResult(passed=not failures, failures=failures)
+
+
+def _low(failures: list[str], field: str, limit: float | None, value: Any, identical: bool = False) -> None:
+    if limit is None:
+        return
+    if value is None:
+        if not (field.startswith("sqnr_db") and identical):
+            failures.append(f"{field} not measured (gate min {limit})")
+    elif not math.isfinite(value) or value < limit:
+        failures.append(f"{field} {value:.4g} < {limit:g}")
+
+
+def _element_gates(gates: Gates, accuracy: Accuracy, task: str) -> list[str]:
+    failures: list[str] = []
+    _low(failures, "sqnr_db", gates.min_sqnr_db, accuracy.sqnr_db, accuracy.max_abs_err == 0.0)
+    _low(failures, "cosine", gates.min_cosine, accuracy.cosine)
+    if task == "classification":
+        _low(failures, "agreement", gates.min_agreement, accuracy.agreement)
+        drop = accuracy.top1_drop
+        if gates.max_top1_drop is not None and drop is not None and not drop <= gates.max_top1_drop:
+            failures.append(f"top1_drop {drop:.3g} points > {gates.max_top1_drop:g}")
+    for out in accuracy.outputs:
+        if out.name == accuracy.output or out.note is not None:
+            continue  # the primary output is checked above; others without element-wise figures say why
+        _low(failures, f"sqnr_db of output {out.name}", gates.min_sqnr_db, out.sqnr_db, out.max_abs_err == 0.0)
+        _low(failures, f"cosine of output {out.name}", gates.min_cosine, out.cosine)
+    return failures
+
+
+def _task_gates(gates: Gates, accuracy: Accuracy, task: str) -> list[str]:
+    failures: list[str] = []
+    values = accuracy.task.values if accuracy.task is not None else {}
+    notes = accuracy.task.notes if accuracy.task is not None else {"error": "no task metrics"}
+    for gate in TASK_GATES[task]:
+        limit = getattr(gates, gate)
+        metric = "cosine_mean" if (gate, task) == ("min_cosine", "embedding") else GATE_METRICS[gate]
+        if limit is not None and values.get(metric) is None:
+            why = notes.get(metric) or notes.get("error") or "not computed"
+            failures.append(f"{metric} not measured (gate min {limit:g}): {why}")
+        else:
+            _low(failures, metric, limit, values.get(metric))
+    return failures

@@ -49,7 +49,19 @@ class Gates(StrictModel):
     max_top1_drop: float | None = Field(None, ge=0, description="Largest top-1 drop against float, in points.")
     min_agreement: float | None = Field(
         None, ge=0, le=1, description="Lowest share of samples whose top-1 equals the float model's.")
-    min_cosine: float | None = Field(None, ge=-1, le=1, description="Lowest cosine similarity of outputs to float.")
+    min_cosine: float | None = Field(
+        None, ge=-1, le=1, description="Lowest cosine similarity of outputs to float (task embedding: the mean of "
+                                       "the per-sample cosines).")
+    min_map50_vs_float: float | None = Field(
+        None, ge=0, le=1, description="Task detection: lowest mAP@0.5 with the float model's detections as truth.")
+    min_recall_vs_float: float | None = Field(
+        None, ge=0, le=1, description="Task detection: lowest share of the float model's detections matched.")
+    min_miou_vs_float: float | None = Field(
+        None, ge=0, le=1, description="Task segmentation: lowest mIoU of argmax masks against the float model's.")
+    min_pixel_agreement: float | None = Field(
+        None, ge=0, le=1, description="Task segmentation: lowest share of pixels whose class equals the float's.")
+    min_cosine_worst: float | None = Field(
+        None, ge=-1, le=1, description="Task embedding: lowest cosine of any one sample's embedding to the float's.")
     max_p50_ms: float | None = Field(None, gt=0, description="Highest p50 latency (ms) on any device measured.")
 
     def merged(self, override: Gates | None) -> Gates:

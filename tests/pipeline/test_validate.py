@@ -23,6 +23,8 @@ from edgeship.pipeline.validate import (
 )
 from edgeship.profile import Gates, LatencySettings
 from edgeship.results import Accuracy, Latency
+from edgeship.spec import ModelSpec
+from edgeship.tasks.evaluate import TaskJudge
 
 
 class ScriptedDevice(Device):
@@ -128,23 +130,26 @@ def test_check_gates_fails_accuracy_gates_when_the_reference_is_not_informative(
     assert check_gates(Gates(max_p50_ms=5.0), vacuous, []).passed  # no accuracy gate: nothing claimed
 
 
-def reference(outputs: np.ndarray, inputs: np.ndarray | None = None, labels=None) -> Reference:
+def reference(outputs: np.ndarray, inputs: np.ndarray | None = None, labels=None, source="eval.npz") -> Reference:
+    """A one-output classification reference."""
     inputs = np.arange(len(outputs) * 2, dtype=np.float32).reshape(len(outputs), 2) if inputs is None else inputs
-    return Reference(Dataset({"x": inputs}, labels, "eval.npz"), outputs.astype(np.float32), Path("eval_inputs.npz"))
+    spec = ModelSpec(name="m", entry="m:build", inputs=[{"name": "x", "shape": [1, 2]}])
+    return Reference(Dataset({"x": inputs}, None if labels is None else np.asarray(labels), source),
+                     [outputs.astype(np.float32)], ["output"], Path("eval_inputs.npz"), TaskJudge(spec, ["output"]))
 
 
 def test_accuracy_of_marks_every_figure_not_informative_when_the_float_outputs_are_zero() -> None:
     ref = reference(np.zeros((4, 3)))
-    accuracy, notes = accuracy_of(ref, np.zeros((4, 3)))
+    accuracy, notes = accuracy_of(ref, [np.zeros((4, 3))])
     assert accuracy.informative is False and accuracy.uninformative_reason == "the float model's outputs are all zero"
     assert "accuracy not informative: the float model's outputs are all zero; the figures prove nothing" in notes
-    assert accuracy_of(reference(np.eye(4, 3)), np.eye(4, 3))[0].informative is True
+    assert accuracy_of(reference(np.eye(4, 3)), [np.eye(4, 3)])[0].informative is True
 
 
 def test_reference_gates_fail_the_eager_row_on_nan_or_a_float_model_that_does_not_reproduce() -> None:
     good = reference(np.eye(4, 3))
-    assert reference_gates(good, accuracy_of(good, np.eye(4, 3))[0]).passed
-    other_init = accuracy_of(good, np.eye(4, 3)[::-1].copy())[0]  # a differently initialised float model
+    assert reference_gates(good, accuracy_of(good, [np.eye(4, 3)])[0]).passed
+    other_init = accuracy_of(good, [np.eye(4, 3)[::-1].copy()])[0]  # a differently initialised float model
     (failure,) = reference_gates(good, other_init).failures
     assert failure.startswith("the float model built again in the eager runner does not reproduce")
     nan = reference(np.array([[np.nan, 1.0], [1.0, 2.0]]))
@@ -154,8 +159,8 @@ def test_reference_gates_fail_the_eager_row_on_nan_or_a_float_model_that_does_no
 @pytest.mark.parametrize("labels", [[0, 1, 99, 2], [0, -1, 1, 2]])
 def test_check_labels_refuses_a_label_that_is_not_a_class_of_the_outputs(labels) -> None:
     with pytest.raises(DataError, match=r"^eval\.npz \(4 sampled\): labels \(y\) must be class indices in \[0, 3\)"):
-        check_labels(np.array(labels), np.zeros((4, 3)), "eval.npz (4 sampled)")
-    check_labels(np.array([0, 1, 2, 2]), np.zeros((4, 3)), "eval.npz")
+        check_labels(reference(np.zeros((4, 3)), labels=labels, source="eval.npz (4 sampled)"))
+    check_labels(reference(np.zeros((4, 3)), labels=[0, 1, 2, 2]))
 
 
 @pytest.mark.parametrize(("p50", "passed"), [(2.0, True), (9.0, False), (float("nan"), False), (None, False)])
@@ -165,3 +170,19 @@ def test_check_gates_p50_passes_only_a_measured_value_within_the_limit(p50, pass
     assert result.passed is passed
     if p50 is None:
         assert result.failures == ["p50 not measured on pixel8 (gate max 5 ms)"]
+
+
+def test_outputs_of_another_signature_fail_the_variant_naming_both_sides() -> None:
+    from edgeship.pipeline.schedule import Task, record_measurements
+    from edgeship.pipeline.validate import Measurement
+    from edgeship.results import VariantResult
+
+    ref = reference(np.eye(4, 3))
+    row = VariantResult(name="v", backend="onnx", precision="fp32")
+    lat = Latency(device="host", runtime="onnxruntime", warmup=0, iterations=1, p50_ms=1.0)
+    wrong = Measurement(lat, [np.eye(4, 3).astype(np.float32), np.zeros((4, 2), np.float32)])
+    record_measurements(row, [Task(row, None, None, Path("w"), result=wrong)], ref, "sha")
+    assert row.accuracy is None and lat.output_mismatch == [
+        "the artifact returns 2 output(s), the float model 1 (output)"]
+    gates = check_device_gates(Gates(min_sqnr_db=60.0), row.accuracy, row.latency)
+    assert not gates.passed and "output signature on host: the artifact returns 2 output(s)" in gates.failures[0]

@@ -1,0 +1,150 @@
+"""The model spec's task applied to outputs: which output a task reads, and its metrics.
+
+``TaskJudge`` turns the float model's and an artifact's flattened outputs (``edgeship.outputs``
+order: arrays [N, ...], or per-sample lists for outputs whose length varies) into the task's
+:class:`TaskMetrics`. Detections decoded on the host (``postprocess = "host"``) go through the same
+reference decoder the device runner and the bundle's app code use
+(``edgeship/devices/postprocess.py``), for the float model and the artifact alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from edgeship.spec import DetectionSpec, ModelSpec
+from edgeship.tasks.common import TaskMetrics
+from edgeship.tasks.detection import Detections, detection_metrics, detections
+from edgeship.tasks.embedding import embedding_metrics
+from edgeship.tasks.segmentation import segmentation_metrics
+
+Output = np.ndarray | list  # an array [N, ...] or one array per sample
+
+# Which gates each task checks; the rest of the profile's accuracy gates do not apply to it.
+TASK_GATES = {
+    "classification": ("min_sqnr_db", "min_cosine", "min_agreement", "max_top1_drop"),
+    "generic": ("min_sqnr_db", "min_cosine"),
+    "detection": ("min_map50_vs_float", "min_recall_vs_float"),
+    "segmentation": ("min_miou_vs_float", "min_pixel_agreement"),
+    "embedding": ("min_cosine", "min_cosine_worst"),
+}
+# The task metric each task gate reads (classification and generic gates read accuracy fields).
+GATE_METRICS = {"min_map50_vs_float": "map50_vs_float", "min_recall_vs_float": "recall_vs_float",
+                "min_miou_vs_float": "miou_vs_float", "min_pixel_agreement": "pixel_agreement",
+                "min_cosine_worst": "cosine_worst"}
+
+
+@dataclass
+class TaskJudge:
+    """The spec's task over outputs named ``names`` (the float model's flattened output names).
+    ``anchors`` ([A, 4] xyxy) are needed for detections decoded on the host."""
+
+    spec: ModelSpec
+    names: list[str]
+    anchors: np.ndarray | None = None
+
+    @property
+    def task(self) -> str:
+        return self.spec.task
+
+    def index(self, name: str | None, what: str) -> int:
+        """Position of output ``name`` (None: the first); ValueError listing the outputs otherwise."""
+        if name is None:
+            return 0
+        if name not in self.names:
+            raise ValueError(f"{self.spec.source or 'model spec'}: {what} names output {name!r}, but the model's "
+                             f"outputs are: {', '.join(self.names)}")
+        return self.names.index(name)
+
+    def primary(self) -> int:
+        """The output the element-wise figures (top-1, agreement, SQNR) of the accuracy block read."""
+        settings = self.spec.task_settings()
+        if self.task in ("segmentation", "embedding"):
+            return self.index(settings.output, f"[{self.task}] output")
+        if self.task == "detection" and settings.postprocess == "host":
+            return self.index(settings.decode.scores, "[detection.decode] scores")
+        return 0
+
+    def check(self) -> None:
+        """ValueError when the spec names an output the model does not have."""
+        self.primary()
+        if self.task == "detection":
+            self._detection_indices(self.spec.task_settings())
+
+    def metrics(self, reference: list[Output], candidate: list[Output], labels: np.ndarray | None) -> TaskMetrics | None:
+        """The task's metrics of ``candidate`` against ``reference`` (and labels where the task reads
+        them); None for classification and generic, whose figures are the accuracy block's own."""
+        if self.task == "detection":
+            settings = self.spec.task_settings()
+            return detection_metrics(self.detections(reference, "the float model"),
+                                     self.detections(candidate, "the artifact"),
+                                     iou_threshold=settings.iou_threshold, score_threshold=settings.score_threshold)
+        if self.task == "segmentation":
+            i = self.primary()
+            masks = labels if labels is not None and labels.ndim == 3 else None
+            return segmentation_metrics(_stacked(reference[i]), _stacked(candidate[i]), masks,
+                                        ignore_index=self.spec.task_settings().ignore_index)
+        if self.task == "embedding":
+            i = self.primary()
+            ref, out = _stacked(reference[i]), _stacked(candidate[i])
+            return embedding_metrics(ref.reshape(len(ref), -1), out.reshape(len(out), -1))
+        return None
+
+    def detections(self, outputs: list[Output], who: str) -> list[Detections]:
+        """Per-sample detections from ``outputs``: read from the boxes/scores/labels outputs, or
+        decoded from the raw head outputs with the anchors."""
+        settings: DetectionSpec = self.spec.task_settings()
+        if settings.postprocess == "host":
+            return self._decoded(outputs, settings, who)
+        b, s, lab = self._detection_indices(settings)
+        n = _samples(outputs[b])
+        return [detections(_boxes(_sample(outputs[b], k)), _sample(outputs[lab], k), _sample(outputs[s], k),
+                           box_format=settings.box_format, name=f"{who}'s sample {k}") for k in range(n)]
+
+    def _detection_indices(self, settings: DetectionSpec) -> tuple[int, ...]:
+        if settings.postprocess == "host":
+            return (self.index(settings.decode.boxes, "[detection.decode] boxes"),
+                    self.index(settings.decode.scores, "[detection.decode] scores"))
+        return (self.index(settings.boxes, "[detection] boxes"), self.index(settings.scores, "[detection] scores"),
+                self.index(settings.labels, "[detection] labels"))
+
+    def _decoded(self, outputs: list[Output], settings: DetectionSpec, who: str) -> list[Detections]:
+        from edgeship.devices.postprocess import decode_batch
+
+        if self.anchors is None:
+            raise ValueError("detections decoded on the host need the anchors ([detection.decode] anchors)")
+        b, s = self._detection_indices(settings)
+        d = settings.decode
+        decoded = decode_batch(_stacked(outputs[b]), _stacked(outputs[s]), self.anchors, weights=tuple(d.weights),
+                               score_threshold=d.score_threshold, iou_threshold=d.iou_threshold,
+                               candidates_per_class=d.candidates_per_class, max_detections=d.max_detections,
+                               background=d.background, image_size=self.image_size())
+        return [detections(boxes, labels, scores, name=f"{who}'s sample {k}")
+                for k, (boxes, scores, labels) in enumerate(decoded)]
+
+    def image_size(self) -> tuple[int, int] | None:
+        """(height, width) of an image input [N, C, H, W], which decoded boxes are clipped to."""
+        shape = self.spec.inputs[0].shape
+        return (shape[-2], shape[-1]) if len(shape) == 4 else None
+
+
+def _stacked(value: Output) -> np.ndarray:
+    if isinstance(value, list):
+        raise ValueError("this output's length varies by sample; the task needs one array [N, ...]")
+    return value
+
+
+def _boxes(value: np.ndarray) -> np.ndarray:
+    """[1, D, 4] (a batch-first padded output) or [D, 4] as [D, 4]."""
+    a = np.asarray(value)
+    return a.reshape(-1, 4) if a.ndim >= 2 and a.shape[-1] == 4 else a
+
+
+def _samples(value: Output) -> int:
+    return len(value)
+
+
+def _sample(value: Output, k: int) -> Any:
+    """Sample ``k`` of an output: its own array, or row ``k`` of an array merged over a batch of 1."""
+    return value[k] if isinstance(value, list) else value[k:k + 1]
