@@ -1,24 +1,27 @@
-"""The short table printed at the end of a build: variant, size, top-1, SQNR, p50 per device."""
+"""The short table printed at the end of a build: variant, size, the task's headline accuracy
+(top-1 for classification, mAP@0.5 vs float for detection, ...), SQNR, p50 per device."""
 from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from edgeship.reports.formatting import headline_metric, metric_label, metric_text
 from edgeship.results import Results, VariantResult
 
 
 def results_table(results: Results) -> Table:
     """One row per variant; one p50 column per device measured."""
     devices = list(dict.fromkeys(lat.device for v in results.variants for lat in v.latency))
+    headline = _headline(results)
     table = Table(title=f"{results.model.name} on {results.target}", title_justify="left")
-    for column in ("variant", "backend", "precision", "size", "top-1", "SQNR dB"):
+    for column in ("variant", "backend", "precision", "size", metric_label(headline), "SQNR dB"):
         table.add_column(column, justify="left" if column in ("variant", "backend", "precision") else "right")
     for d in devices:
         table.add_column(f"p50 ms {d}", justify="right")
     table.add_column("gates")
     for v in results.variants:
-        table.add_row(v.name, v.backend, v.precision, _size(v.size_bytes), *_accuracy(v),
+        table.add_row(v.name, v.backend, v.precision, _size(v.size_bytes), *_accuracy(v, headline),
                       *[_p50(v, d) for d in devices], _gates(v))
     return table
 
@@ -36,7 +39,16 @@ def _size(n: int | None) -> str:
     return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.2f} MiB"
 
 
-def _accuracy(v: VariantResult) -> tuple[str, str]:
+def _headline(results: Results) -> str:
+    """The accuracy field or task metric the table shows beside SQNR (top1 for classification)."""
+    task = results.model.task
+    if task == "classification":
+        return "top1"
+    present = [k for v in results.variants if v.accuracy and v.accuracy.task for k in v.accuracy.task.values]
+    return headline_metric(task, present)
+
+
+def _accuracy(v: VariantResult, headline: str) -> tuple[str, str]:
     a = v.accuracy
     if a is None:
         return "-", "-"
@@ -44,12 +56,19 @@ def _accuracy(v: VariantResult) -> tuple[str, str]:
         return "not informative", "not informative"
     if a.non_finite:
         return "NaN/inf", "NaN/inf"
-    top1 = "-" if a.top1 is None else f"{100 * a.top1:.2f}%"
     if a.sqnr_db is not None:
         sqnr = f"{a.sqnr_db:.1f}"
     else:
         sqnr = "exact" if a.max_abs_err == 0.0 else "-"
-    return top1, sqnr
+    return _headline_text(v, headline), sqnr
+
+
+def _headline_text(v: VariantResult, headline: str) -> str:
+    a = v.accuracy
+    if headline == "top1":
+        return "-" if a.top1 is None else f"{100 * a.top1:.2f}%"
+    value = a.cosine if headline == "cosine" else (a.task.values.get(headline) if a.task else None)
+    return "-" if value is None else metric_text(headline, value)
 
 
 def _p50(v: VariantResult, device: str) -> str:

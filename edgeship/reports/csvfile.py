@@ -4,6 +4,11 @@ Empty cells are values that were not measured; the ``not_measured`` column says 
 is not informative (``accuracy_informative`` false: the float model's outputs carry no information)
 leaves the accuracy cells empty too, with the reason. A variant measured on no device gets one row
 with an empty device.
+
+Columns added after the first ones go at the end: ``task``, ``accuracy_output`` (the output the
+accuracy columns are of), ``output_mismatch``, and one column per task metric (``map50_vs_float``,
+``miou_vs_float``, ``cosine_mean``, ...; empty where the build's task has no such metric, or it is
+null: ``not_measured`` then says why). A metric this edgeship does not list gets a column after those.
 """
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ import csv
 import io
 from typing import Any
 
-from edgeship.reports.rows import Line, Report, why_no_accuracy, why_no_latency
-from edgeship.results import Latency
+from edgeship.reports.formatting import TASK_METRICS, task_metric_names
+from edgeship.reports.rows import Line, Report, why_mismatch, why_no_accuracy, why_no_latency
+from edgeship.results import Accuracy, Latency
 
 BUILD = ["build", "target", "model", "created"]
 VARIANT = ["variant", "backend", "precision", "quantization", "file", "size_bytes", "sha256"]
@@ -21,12 +27,14 @@ LATENCY = ["device", "runtime", "threads", "warmup", "iterations", "p50_ms", "p9
 ACCURACY = ["samples", "top1", "top1_drop", "agreement", "sqnr_db", "cosine", "max_abs_err"]
 COLUMNS = BUILD + VARIANT + LATENCY + ["speedup_vs_eager"] + ACCURACY + ["accuracy_informative", "gates_passed",
                                                                          "gate_failures", "not_measured"]
+COLUMNS += ["task", "accuracy_output", "output_mismatch", *TASK_METRICS]
 
 
 def render_csv(report: Report) -> str:
     """The CSV text for every (variant, device) of the report."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    extra = [k for k in task_metric_names(report.lines) if k not in COLUMNS]
+    writer = csv.DictWriter(out, fieldnames=COLUMNS + extra, lineterminator="\n", restval="")
     writer.writeheader()
     for line in report.lines:
         for device in report.devices or [None]:
@@ -54,7 +62,17 @@ def csv_row(report: Report, line: Line, device: str | None) -> dict[str, Any] | 
     row["gates_passed"] = v.gates.passed
     row["gate_failures"] = "; ".join(v.gates.failures)
     row["not_measured"] = _why(line, device, lat, acc)
+    row.update(task=line.task, accuracy_output=acc.output if acc else None,
+               output_mismatch="; ".join(lat.output_mismatch) if lat else None)
+    row.update(_task_values(acc))
     return row
+
+
+def _task_values(acc: Accuracy | None) -> dict[str, float | None]:
+    """The task's metrics; none when the accuracy is not informative (as the accuracy columns)."""
+    if acc is None or not acc.informative or acc.task is None:
+        return {}
+    return dict(acc.task.values)
 
 
 def _speedup(report: Report, line: Line, lat: Latency | None) -> float | None:
@@ -69,10 +87,20 @@ def _why(line: Line, device: str | None, lat: Latency | None, acc: Any) -> str:
     reasons = []
     if device is None or lat is None or lat.p50_ms is None:
         reasons.append(why_no_latency(line, device) if device else why_no_accuracy(line))
-    if acc is None and line.variant.error is None:
+    if lat is not None and lat.output_mismatch:
+        reasons.append(why_mismatch(lat))
+    elif acc is None and line.variant.error is None:
         reasons.append(why_no_accuracy(line))
     elif acc is not None and not acc.informative:
         reasons.append(f"accuracy not informative: {acc.uninformative_reason}")
     elif acc is not None and acc.non_finite:
         reasons.append(f"outputs contain {acc.non_finite} non-finite values (NaN or inf)")
+    elif acc is not None and acc.task is not None:
+        reasons += _task_nulls(acc.task.task, acc.task.values, acc.task.notes)
     return "; ".join(dict.fromkeys(reasons))
+
+
+def _task_nulls(task: str, values: dict[str, float | None], notes: dict[str, str]) -> list[str]:
+    """Why the task's metrics are null (notes on a metric that has a value are not reasons)."""
+    out = [f"{task} metrics not computed: {notes['error']}"] if "error" in notes and "error" not in values else []
+    return out + [f"{task} {k} is null: {why}" for k, why in notes.items() if k in values and values[k] is None]

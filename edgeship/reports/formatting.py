@@ -4,7 +4,12 @@ Shared by the Markdown, HTML and CSV writers so that each shows the same thing.
 """
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import Any
+
 from edgeship.reports.rows import Line, Report, Shown, why_no_accuracy, why_no_field, why_no_latency
+from edgeship.results import Accuracy, Results
 
 NOT_MEASURED = "not measured"
 NOT_INFORMATIVE = "not informative"
@@ -62,9 +67,29 @@ def relative(line: Line, device: str, first: str) -> Shown:
 
 
 def accuracy(line: Line, key: str, device: str | None = None) -> Shown:
-    """top1, top1_drop, agreement or sqnr_db of ``line``, formatted; "not informative" (never a
-    number) when the float model's outputs carry no information, "NaN/inf" for non-finite outputs."""
+    """top1, top1_drop, agreement, sqnr_db or cosine of ``line``, formatted; "not informative" (never
+    a number) when the float model's outputs carry no information, "NaN/inf" for non-finite outputs."""
     acc = line.accuracy(device)
+    unusable = _unusable(line, acc)
+    if unusable is not None:
+        return unusable
+    value = getattr(acc, key)
+    if value is None:
+        if key == "sqnr_db" and acc.max_abs_err == 0.0:
+            return Shown("exact")
+        return Shown(NOT_MEASURED, _primary_note(acc, key) or why_no_field(line, key))
+    if key in ("top1", "agreement"):
+        return Shown(f"{100 * value:.2f}%")
+    if key == "top1_drop":
+        return Shown(f"{value:.2f}")
+    if key == "cosine":
+        return Shown(f"{value:.4f}")
+    return Shown(f"{value:.1f}")
+
+
+def _unusable(line: Line, acc: Accuracy | None) -> Shown | None:
+    """The cell for an accuracy block that holds no usable figure (absent, not informative,
+    non-finite outputs); None when its figures can be shown."""
     if acc is None:
         return Shown(NOT_MEASURED, why_no_accuracy(line))
     if not acc.informative:
@@ -72,16 +97,15 @@ def accuracy(line: Line, key: str, device: str | None = None) -> Shown:
     if acc.non_finite:
         return Shown(NON_FINITE, f"{line.variant.name}: outputs contain {acc.non_finite} non-finite values (NaN or "
                                  "inf); no accuracy figure is computed from them")
-    value = getattr(acc, key)
-    if value is None:
-        if key == "sqnr_db" and acc.max_abs_err == 0.0:
-            return Shown("exact")
-        return Shown(NOT_MEASURED, why_no_field(line, key))
-    if key in ("top1", "agreement"):
-        return Shown(f"{100 * value:.2f}%")
-    if key == "top1_drop":
-        return Shown(f"{value:.2f}")
-    return Shown(f"{value:.1f}")
+    return None
+
+
+def _primary_note(acc: Accuracy, key: str) -> str | None:
+    """Why the primary output has no element-wise ``key`` (e.g. its length varies by sample)."""
+    out = next((o for o in acc.outputs if o.name == acc.output), None)
+    if key in ("sqnr_db", "cosine") and out is not None and out.note:
+        return f"output {out.name}: {out.note}"
+    return None
 
 
 def gates(line: Line) -> Shown:
@@ -89,3 +113,215 @@ def gates(line: Line) -> Shown:
     if v.backend == "eager" and v.gates.passed:
         return Shown("reference")
     return Shown("pass" if v.gates.passed else "FAIL: " + "; ".join(v.gates.failures))
+
+
+# The task's metrics (results.json accuracy.task), and the tables built on them.
+
+ACCURACY_LABELS = {"top1": "top-1", "top1_drop": "top-1 drop (pts)", "sqnr_db": "SQNR (dB)", "agreement": "agreement",
+                   "cosine": "cosine"}
+# Every task metric the pipeline writes, in the order reports show them; mapN stands for any IoU threshold.
+TASK_METRICS = ("map50_vs_float", "recall_vs_float", "precision_vs_float", "mean_iou_vs_float", "map50_vs_labels",
+                "recall_vs_labels", "precision_vs_labels", "mean_iou_vs_labels", "miou_vs_float", "pixel_agreement",
+                "miou_vs_labels", "pixel_accuracy_vs_labels", "cosine_mean", "cosine_worst")
+# The columns a task's Variants table always has (accuracy fields or task metrics), headline first.
+TASK_COLUMNS = {"classification": ("top1", "top1_drop", "sqnr_db", "agreement"), "generic": ("sqnr_db", "cosine"),
+                "detection": ("map50_vs_float", "recall_vs_float"),
+                "segmentation": ("miou_vs_float", "pixel_agreement"), "embedding": ("cosine_mean", "cosine_worst")}
+TASK_EXPLAINED = {
+    "detection": "Detections of each variant matched against the float model's (vs float) and the labelled "
+                 "boxes (vs labels); a detection matches when its IoU is the threshold or more (mAP@0.5: 0.5).",
+    "segmentation": "Each pixel's class from each variant against the float model's (mIoU vs float, pixel "
+                    "agreement) and against the labelled masks (vs labels).",
+    "embedding": "Cosine similarity of each sample's embedding with the float model's: mean and worst sample.",
+    "generic": "Outputs compared element by element with the float model's.",
+}
+_MAP = re.compile(r"map(\d+)_vs_(\w+)")
+
+
+def metric_label(name: str) -> str:
+    """A column header: ``map50_vs_float`` -> "mAP@0.5 vs float", ``miou_vs_labels`` -> "mIoU vs labels"."""
+    if name in ACCURACY_LABELS:
+        return ACCURACY_LABELS[name]
+    found = _MAP.fullmatch(name)
+    if found:
+        return f"mAP@{int(found[1]) / 100:g} vs {found[2]}"
+    words = {"miou": "mIoU", "iou": "IoU"}
+    return " ".join(words.get(w, w) for w in name.split("_"))
+
+
+def metric_text(name: str, value: float) -> str:
+    """A task metric's value: cosines as they are, shares (mAP, recall, IoU, agreement) in percent."""
+    if name.startswith("cosine"):
+        return f"{value:.4f}"
+    if _rank(name) < len(TASK_METRICS):
+        return f"{100 * value:.2f}%"
+    return f"{value:.4g}"  # a metric this edgeship does not know: its scale is unknown
+
+
+def headline_metric(task: str, present: list[str]) -> str:
+    """The one figure that sums up a task's accuracy (top1 for classification, cosine for generic)."""
+    if task == "generic" or task not in TASK_COLUMNS:
+        return "cosine"
+    return _with_map_threshold(list(TASK_COLUMNS[task]), present)[0]
+
+
+def task_metric(line: Line, name: str, device: str | None = None) -> Shown:
+    """One task metric of ``line``, or why it is not there (the results' own note when it is null).
+    A number the results annotate (e.g. mIoU over one class only) is shown with that note."""
+    acc = line.accuracy(device)
+    unusable = _unusable(line, acc)
+    if unusable is not None:
+        return unusable
+    task = acc.task
+    if task is None:
+        return Shown(NOT_MEASURED, f"results.json holds no {line.task} metrics for {line.variant.name}")
+    value = task.values.get(name)
+    note = task.notes.get(name)
+    if value is not None:
+        return Shown(metric_text(name, value), f"{task.task} {name}: {note}" if note else None)
+    if name in task.values:
+        return Shown(NOT_MEASURED, f"{task.task} {name} is null: {note or 'no reason recorded'}")
+    if "error" in task.notes:
+        return Shown(NOT_MEASURED, f"{task.task} metrics not computed: {task.notes['error']}")
+    return Shown(NOT_MEASURED, f"this variant's results.json holds no {task.task} {name}")
+
+
+def variant_cell(line: Line, key: str) -> Shown:
+    """A Variants-table cell: an accuracy field (top1, sqnr_db, ...) or a task metric."""
+    return accuracy(line, key) if key in ACCURACY_LABELS else task_metric(line, key)
+
+
+@dataclass
+class TaskTable:
+    """The Variants table of the builds of one task: its accuracy columns as (header, key)."""
+
+    task: str
+    lines: list[Line]
+    columns: list[tuple[str, str]]
+    note: str
+
+
+def task_tables(report: Report) -> list[TaskTable]:
+    """One Variants table per task, in the order the tasks first appear."""
+    by_task: dict[str, list[Line]] = {}
+    for ln in report.lines:
+        by_task.setdefault(ln.task, []).append(ln)
+    return [TaskTable(task, lines, [(metric_label(k), k) for k in task_columns(task, lines)],
+                      _task_note(task, lines)) for task, lines in by_task.items()]
+
+
+def task_columns(task: str, lines: list[Line]) -> list[str]:
+    """The task's own columns, then every other task metric the lines' results hold, then SQNR
+    (of the primary output) for tasks whose columns are task metrics."""
+    present = _present_metrics(lines)
+    keys = _with_map_threshold(list(TASK_COLUMNS.get(task, ())), present)
+    if task in ("classification", "generic"):
+        return keys
+    return sorted(dict.fromkeys(keys + present), key=_rank) + ["sqnr_db"]
+
+
+def task_metric_names(lines: list[Line]) -> list[str]:
+    """Every task metric any line's results hold, known ones in TASK_METRICS order."""
+    return sorted(_present_metrics(lines), key=_rank)
+
+
+def _present_metrics(lines: list[Line]) -> list[str]:
+    accuracies = [a for ln in lines for a in [ln.variant.accuracy, *(lat.accuracy for lat in ln.variant.latency)]]
+    names = [k for a in accuracies if a is not None and a.task is not None for k in [*a.task.values, *a.task.notes]]
+    return [k for k in dict.fromkeys(names) if k != "error"]
+
+
+def _with_map_threshold(keys: list[str], present: list[str]) -> list[str]:
+    """``keys`` with map50_vs_float replaced by the mAP the results hold (e.g. map75_vs_float)."""
+    held = next((k for k in present if _MAP.fullmatch(k) and k.endswith("_vs_float")), "map50_vs_float")
+    return [held if k == "map50_vs_float" else k for k in keys]
+
+
+def _rank(name: str) -> int:
+    known = _MAP.sub(lambda m: f"map50_vs_{m[2]}", name)
+    return TASK_METRICS.index(known) if known in TASK_METRICS else len(TASK_METRICS)
+
+
+def _task_note(task: str, lines: list[Line]) -> str:
+    """What the task's columns mean, and which output the element-wise figures are of."""
+    primaries = {}
+    for ln in lines:
+        acc = ln.variant.accuracy
+        if acc is not None and acc.output and len(model_outputs(ln.build.results)) > 1:
+            primaries.setdefault(ln.build.results.model.name, acc.output)
+    what = {"classification": "top-1, agreement and SQNR are", "generic": "SQNR and cosine are"}.get(task, "SQNR is")
+    where = "; ".join(f"{out} ({model})" if len(primaries) > 1 else out for model, out in primaries.items())
+    return " ".join(filter(None, [TASK_EXPLAINED.get(task, ""), f"The {what} of output {where}." if where else ""]))
+
+
+# Per-output figures, for models with more than one output.
+
+@dataclass
+class OutputTable:
+    """Variant x output figures of the builds of one model whose outputs are ``outputs``."""
+
+    model: str
+    outputs: list[str]
+    lines: list[Line]
+    note: str
+
+    @property
+    def title(self) -> str:
+        """The model and the builds the table covers."""
+        return f"{self.model} ({', '.join(dict.fromkeys(ln.build.label for ln in self.lines))})"
+
+
+def model_outputs(results: Results) -> list[dict[str, Any]]:
+    """The model's outputs (name, shape, dtype, ragged), or their names from the accuracy blocks of
+    results written before model.outputs listed them all."""
+    if results.model.outputs:
+        return results.model.outputs
+    acc = next((v.accuracy for v in results.variants if v.accuracy is not None and v.accuracy.outputs), None)
+    return [{"name": o.name} for o in acc.outputs] if acc else []
+
+
+def output_tables(report: Report) -> list[OutputTable]:
+    """One table per model with more than one output, in the order the models first appear."""
+    groups: dict[tuple[str, tuple[str, ...]], OutputTable] = {}
+    for ln in report.lines:
+        outputs = model_outputs(ln.build.results)
+        if len(outputs) < 2:
+            continue
+        names = tuple(o["name"] for o in outputs)
+        model = ln.build.results.model.name
+        table = groups.setdefault((model, names), OutputTable(model, list(names), [], _outputs_note(outputs)))
+        table.lines.append(ln)
+    return list(groups.values())
+
+
+def output_cell(line: Line, name: str) -> Shown:
+    """One output of ``line`` against the float model's: SQNR (dB), "exact", or the share of equal
+    elements (integer outputs); "not measured" with the results' note (e.g. length varies by sample)."""
+    acc = line.accuracy()
+    if acc is None or not acc.informative:
+        return _unusable(line, acc)
+    out = next((o for o in acc.outputs if o.name == name), None)
+    if out is None:
+        return Shown(NOT_MEASURED, f"results.json holds no figures for output {name} of {line.variant.name}")
+    if out.non_finite:
+        return Shown(NON_FINITE, f"{line.variant.name}: output {name} contains {out.non_finite} non-finite values "
+                                 "(NaN or inf)")
+    if out.equal is not None:
+        return Shown(f"{100 * out.equal:.2f}% equal")
+    if out.sqnr_db is not None:
+        return Shown(f"{out.sqnr_db:.1f}")
+    if out.max_abs_err == 0.0:
+        return Shown("exact")
+    return Shown(NOT_MEASURED, f"output {name}: {out.note}" if out.note
+                 else f"results.json has sqnr_db = null for output {name} of {line.variant.name}")
+
+
+def _outputs_note(outputs: list[dict[str, Any]]) -> str:
+    def described(o: dict[str, Any]) -> str:
+        shape = o.get("shape")
+        dims = "" if shape is None else " [" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+        ragged = " (length varies by sample)" if o.get("ragged") else ""
+        return f"{o['name']} {o.get('dtype', '')}{dims}".rstrip() + ragged
+
+    return ("SQNR (dB) of each output against the same output of the float model; integer outputs: the share of "
+            "equal elements. Outputs: " + "; ".join(described(o) for o in outputs) + ".")

@@ -51,9 +51,17 @@ class Line:
         lat = self.latency(device)
         return lat.p50_ms if lat else None
 
+    @property
+    def task(self) -> str:
+        """The model spec's task (classification, detection, ...): how this build's outputs were judged."""
+        return self.build.results.model.task
+
     def accuracy(self, device: str | None = None) -> Accuracy | None:
-        """The accuracy of the outputs ``device`` returned, else the variant's own."""
+        """The accuracy of the outputs ``device`` returned, else the variant's own; None when the
+        outputs ``device`` returned differ from the float model's in count, shape or dtype."""
         lat = self.latency(device) if device else None
+        if lat is not None and lat.output_mismatch:
+            return None
         per_device = getattr(lat, "accuracy", None)
         return per_device or self.variant.accuracy
 
@@ -156,8 +164,14 @@ def why_no_accuracy(line: Line) -> str:
     v = line.variant
     if v.error:
         return f"{v.name} was not built: {v.error}"
-    reasons = [n for n in v.notes if "not measured" in n] or [n for lat in v.latency for n in lat.notes]
+    mismatched = [why_mismatch(lat) for lat in v.latency if lat.output_mismatch]
+    reasons = mismatched + [n for n in v.notes if "not measured" in n] or [n for lat in v.latency for n in lat.notes]
     return "; ".join(reasons) or f"results.json holds no accuracy for {v.name}"
+
+
+def why_mismatch(lat: Latency) -> str:
+    """Why the outputs of one device were not compared: they differ from the float model's."""
+    return f"outputs on {lat.device} differ from the float model's: {'; '.join(lat.output_mismatch)}"
 
 
 def why_no_field(line: Line, key: str) -> str:
