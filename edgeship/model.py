@@ -254,17 +254,25 @@ def apply_weights(module: Any, state: dict[str, Any], path: Path) -> None:
 
 
 def example_inputs(spec: ModelSpec, seed: int = 0) -> tuple[Any, ...]:
-    """Seeded example inputs of the spec's shapes and dtypes."""
+    """Seeded example inputs of the spec's dtypes, at the "opt" size (the shapes as written, unless
+    a dynamic dimension sets another opt), with values in each input's ``range`` (unset: floats in
+    [0, 1), integers 0)."""
     import torch
+
+    from edgeship.shapes import shape_at
 
     gen = torch.Generator().manual_seed(seed)
     out = []
     for inp in spec.inputs:
-        dtype = getattr(torch, TORCH_DTYPES[inp.dtype])
+        dtype, shape = getattr(torch, TORCH_DTYPES[inp.dtype]), shape_at(inp, "opt")
         if dtype.is_floating_point:
-            out.append(torch.rand(inp.shape, generator=gen).to(dtype))
+            low, high = inp.range or (0, 1)
+            out.append((low + (high - low) * torch.rand(shape, generator=gen)).to(dtype))
+        elif inp.range is not None:  # torch.randint's bounds are int64: int64's own top value is left out
+            low, high = int(inp.range[0]), min(int(inp.range[1]), 2**63 - 1)
+            out.append(torch.randint(low, high, shape, generator=gen).to(dtype))
         else:
-            out.append(torch.zeros(inp.shape, dtype=dtype))
+            out.append(torch.zeros(shape, dtype=dtype))
     return tuple(out)
 
 

@@ -78,6 +78,9 @@ class Latency(ResultModel):
     threads: int | None = None
     warmup: int
     iterations: int
+    size: str | None = Field(
+        None, description="A model with dynamic dimensions: the input size this row ran at (min, max); None: "
+                          "the opt size, the row the variant's accuracy and reports read.")
     p50_ms: float | None = None
     p90_ms: float | None = None
     p99_ms: float | None = None

@@ -13,13 +13,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "edgeship"
 CYCLES_TOOL = REPO.parent / "shared" / "tools" / "import_cycles.py"
-DEVICE_FILES = ("devices.runner", "devices.hashing", "devices.probe", "devices.tensorrt_engine")
+DEVICE_FILES = ("devices.runner", "devices.hashing", "devices.probe", "devices.tensorrt_engine", "devices.postprocess")
 
 # Lowest first. A module belongs to the layer of its longest listed prefix and may import its own
 # layer and those below it, never above. The picture in docs/ARCHITECTURE.md is this list.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("errors", "fsutil", "metrics", "progress", "cache", "results", "config", "entry", "spec",
-                    "store", "calibration.dataset", "quantize.settings", "bundle.platforms", "demo", "tasks",
+    ("foundation", ("errors", "fsutil", "metrics", "progress", "cache", "results", "config", "entry", "spec", "outputs",
+                    "shapes", "store", "calibration.dataset", "quantize.settings", "bundle.platforms", "demo", "tasks",
                     *DEVICE_FILES)),
     ("declarations", ("lowering.registry", "profile")),
     ("inputs", ("model", "calibration", "devices")),

@@ -18,6 +18,7 @@ from edgeship.calibration.images import read_image_folder
 from edgeship.calibration.npz import read_npz
 from edgeship.config import ENTRY_PATTERN
 from edgeship.errors import DataError
+from edgeship.shapes import shape_at
 from edgeship.spec import InputSpec, ModelSpec
 
 
@@ -73,14 +74,34 @@ def _fit_input(array: np.ndarray, inp: InputSpec, source: str) -> np.ndarray:
     return fitted
 
 
-def random_dataset(spec: ModelSpec, n: int, seed: int = 0) -> Dataset:
-    """Seeded random inputs (uniform [0, 1) for floats) for models without evaluation data."""
+def random_dataset(spec: ModelSpec, n: int, seed: int = 0, size: str = "opt") -> Dataset:
+    """``n`` seeded random samples at ``size`` ("min", "opt" or "max": the inputs' dynamic dimensions
+    at that size; without dynamic dimensions every size is the spec's shape), for models without
+    data and for measuring at each size. Values follow each input's ``range``: integers in
+    [low, high) for integer dtypes, uniform floats in [low, high); unset, floats in [0, 1) and
+    integers 0."""
     rng = np.random.default_rng(seed)
-    inputs = {}
-    for inp in spec.inputs:
-        shape = (n, *inp.shape[1:])
-        if np.issubdtype(np.dtype(inp.dtype), np.floating):
-            inputs[inp.name] = rng.random(shape, dtype=np.float32).astype(inp.dtype)
-        else:
-            inputs[inp.name] = np.zeros(shape, dtype=inp.dtype)
-    return Dataset(inputs, None, f"{n} seeded random inputs (seed {seed})")
+    inputs = {inp.name: random_values(rng, inp, (n, *shape_at(inp, size)[1:])) for inp in spec.inputs}
+    at = "" if size == "opt" else f" at the {size} size"
+    return Dataset(inputs, None, f"{n} seeded random inputs{at} (seed {seed})")
+
+
+def random_batch(spec: ModelSpec, size: str = "opt", seed: int = 0) -> list[np.ndarray]:
+    """One seeded random array per input, each of the input's whole shape at ``size`` (batch included)."""
+    rng = np.random.default_rng(seed)
+    return [random_values(rng, inp, tuple(shape_at(inp, size))) for inp in spec.inputs]
+
+
+def random_values(rng: np.random.Generator, inp: InputSpec, shape: tuple[int, ...]) -> np.ndarray:
+    """Random values for one input, as its ``range`` says (see ``random_dataset``)."""
+    floating = np.issubdtype(np.dtype(inp.dtype), np.floating)
+    if inp.range is None:
+        if floating:  # the draw of earlier versions: data sets of specs without a range are unchanged
+            return rng.random(shape, dtype=np.float32).astype(inp.dtype)
+        return np.zeros(shape, dtype=inp.dtype)
+    low, high = inp.range
+    if floating:
+        values = (low + (high - low) * rng.random(shape)).astype(inp.dtype)
+        below = np.nextafter(np.array(high, inp.dtype), np.array(low, inp.dtype))  # rounding may reach high
+        return np.minimum(values, below)
+    return rng.integers(int(low), int(high), shape, dtype=np.int64).astype(inp.dtype)

@@ -38,6 +38,7 @@ class Job:
     threads: int | None
     timeout_s: float
     options: dict[str, Any] = field(default_factory=dict)
+    size: str | None = None        # "min" / "max": a dynamic-shape model's inputs at that size; None: opt
 
     def document(self, artifact: str | None, inputs: str) -> dict[str, Any]:
         """The job JSON the runner reads, with paths as the device sees them."""

@@ -471,12 +471,14 @@ def run(job, base):
         return measured
     runner, load_ms = start(cls, artifact, job.get("options", {}), job.get("threads"))
     try:
-        timings = time_inference(runner, data[0], int(job.get("warmup", 10)), int(job.get("iterations", 100)))
+        iterations = int(job.get("iterations", 100))  # 0: outputs only (a dynamic model at its min or max size)
+        timings = time_inference(runner, data[0], int(job.get("warmup", 10)) if iterations else 0, iterations)
         outputs = [runner.infer(b) for b in data]
         threads = job.get("threads") or runner.threads_in_use()
     finally:
         runner.close()
-    np.savez(resolve(job.get("outputs", "outputs.npz")), **encode_outputs(merge_batches(outputs, int(job.get("batch", 1)), n)))
+    merged = merge_batches(outputs, int(job.get("batch", 1)), n)
+    np.savez(resolve(job.get("outputs", "outputs.npz")), **encode_outputs(merged))
     return {
         "ok": True, "runtime": job["runtime"], "runtime_version": runner.version, "threads": threads,
         "load_ms": load_ms, "timings_ms": timings, "peak_rss_mb": peak_rss_mb(),

@@ -11,7 +11,10 @@ the same device is fast.
 
 Settings: onnx, engine, precision (fp32 | fp16 | int8), workspace_mb, timing_cache (file name or
 null), builder_optimization_level (0-5 or null; TensorRT 8.6+), dla_core (int or null),
-gpu_fallback (bool), tensorrt_version (the version the profile targets).
+gpu_fallback (bool), tensorrt_version (the version the profile targets), and for models with
+dynamic dimensions shapes ({"min": {input: [dims]}, "opt": {...}, "max": {...}}: one
+optimization profile; the engine takes any shape between min and max and is tuned for opt) and
+run_size (which of them trtexec runs inference at; default opt).
 """
 from __future__ import annotations
 
@@ -47,7 +50,36 @@ def trtexec_command(settings, trtexec="trtexec"):
         cmd.append("--useDLACore=%d" % settings["dla_core"])
         if settings.get("gpu_fallback", True):
             cmd.append("--allowGPUFallback")
-    return cmd
+    return cmd + shape_flags(settings)
+
+
+def shape_flags(settings):
+    """--minShapes/--optShapes/--maxShapes (the optimization profile) and --shapes (the shapes
+    inference runs at) for an engine with dynamic dimensions; nothing for a static one."""
+    shapes = settings.get("shapes")
+    if not shapes:
+        return []
+    flags = [("--%sShapes" % size, shapes[size]) for size in ("min", "opt", "max")]
+    flags.append(("--shapes", shapes[settings.get("run_size") or "opt"]))
+    return ["%s=%s" % (flag, ",".join("%s:%s" % (name, "x".join(str(d) for d in dims))
+                                      for name, dims in sizes.items())) for flag, sizes in flags]
+
+
+def add_profile(builder, network, config, settings):
+    """One optimization profile from the settings' min/opt/max shapes (engines with dynamic
+    dimensions); a network with dynamic inputs but no shapes in the settings is refused by name."""
+    shapes = settings.get("shapes")
+    if not shapes:
+        free = ["%s %s" % (t.name, list(t.shape)) for t in (network.get_input(i) for i in range(network.num_inputs))
+                if any(d < 0 for d in t.shape)]
+        if free:
+            raise RuntimeError("%s has dynamic dimensions (%s) but the engine settings give no min/opt/max shapes; "
+                               "use the engine.json written beside it" % (settings["onnx"], ", ".join(free)))
+        return
+    profile = builder.create_optimization_profile()
+    for name in shapes["opt"]:
+        profile.set_shape(name, tuple(shapes["min"][name]), tuple(shapes["opt"][name]), tuple(shapes["max"][name]))
+    config.add_optimization_profile(profile)
 
 
 def build_script(settings):
@@ -103,6 +135,7 @@ def build_engine(settings, base_dir="."):
         raise RuntimeError("TensorRT could not parse %s: %s" % (settings["onnx"], "; ".join(errors)))
     config = builder.create_builder_config()
     configure(builder, config, settings, trt)
+    add_profile(builder, network, config, settings)
     cache_path = path(settings["timing_cache"]) if settings.get("timing_cache") else None
     if cache_path:
         blob = open(cache_path, "rb").read() if os.path.exists(cache_path) else b""

@@ -62,8 +62,9 @@ class Backend(BackendSpec):
     def lower(self, request: LowerRequest) -> Artifact:
         raise NotImplementedError
 
-    def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
-        """Runtime options for the device runner."""
+    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
+        """Runtime options for the device runner (``spec``: the model spec, for backends whose
+        runtime needs its input sizes, e.g. TensorRT's optimization profile)."""
         return {}
 
     def runtime_label(self) -> str:

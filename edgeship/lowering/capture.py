@@ -2,18 +2,29 @@
 
 Each method runs at most once per build (and once more with a dynamic batch dimension, for
 backends that want one); failures are remembered too, so a fallback order costs nothing extra.
+
+A spec with dynamic dimensions (edgeship.shapes) is exported with one ``torch.export.Dim`` per
+group of equal dimensions, from example inputs at the "opt" size; the program then holds for
+every size from min to max (torch.export checks the model's code against the ranges). trace and
+script record no ranges: a traced graph may have sizes of the example baked in, so backends that
+lower from them run the artifact at the min, opt and max sizes (``check_sizes``) before trusting it.
 """
 from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgeship.errors import first_line
+import numpy as np
+
+from edgeship import outputs, shapes
+from edgeship.errors import LoweringError, first_line
+from edgeship.metrics import sqnr_db
 from edgeship.model import LoadedModel
 
-DYNAMIC_BATCH_MAX = 4096
+SIZE_CHECK_SQNR_DB = 40.0  # an fp32 artifact this far from the float model at some size has fixed a size wrongly
 
 
 @dataclass
@@ -26,10 +37,29 @@ class Captured:
     dynamic_batch: bool
     seconds: float
     notes: list[str] = field(default_factory=list)
+    _float_output: Any = field(default=None, repr=False)
 
     @property
     def example_inputs(self) -> tuple[Any, ...]:
         return self.model.example_inputs
+
+    @property
+    def dynamic(self) -> bool:
+        """True when the spec has dynamic dimensions (the artifact must take every size from min to max)."""
+        return shapes.is_dynamic(self.model.spec)
+
+    def float_output(self) -> Any:
+        """The float model's output on the example inputs (computed once)."""
+        import torch
+
+        if self._float_output is None:
+            with torch.inference_mode():
+                self._float_output = self.model.module(*self.example_inputs)
+        return self._float_output
+
+    def output_names(self) -> list[str]:
+        """The float model's flattened output names (edgeship.outputs), as every backend names them."""
+        return outputs.names_of(self.float_output())
 
 
 class CaptureFailed(Exception):
@@ -80,17 +110,76 @@ class Capturer:
 
 
 def capture_export(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> Any:
-    """torch.export; with ``dynamic_batch`` the first dimension of every input may vary."""
+    """torch.export, with the spec's dynamic dimensions free over their ranges; with
+    ``dynamic_batch`` the first dimension of every input may vary too."""
     import torch
-    from torch.export import Dim
 
-    args = model.example_inputs
-    if not dynamic_batch:
-        return torch.export.export(model.module, args)
-    # An example batch of 1 would specialize the dimension to 1, so export with a batch of 2.
-    args = tuple(torch.cat([a, a]) if a.shape[0] == 1 else a for a in args)
-    batch = Dim("batch", min=1, max=DYNAMIC_BATCH_MAX)
-    return torch.export.export(model.module, args, dynamic_shapes=tuple({0: batch} for _ in args))
+    dynamic_shapes = shapes.export_dynamic_shapes(model.spec, dynamic_batch)
+    if dynamic_shapes is None:
+        return torch.export.export(model.module, model.example_inputs)
+    args = free_examples(model.example_inputs, dynamic_shapes)
+    if shapes.is_dynamic(model.spec):
+        notes.append(f"exported with dynamic dimensions: {shapes.describe(model.spec)}")
+    try:
+        return torch.export.export(model.module, args, dynamic_shapes=dynamic_shapes)
+    except Exception as e:
+        if "Constraints violated" not in str(e):
+            raise
+        raise LoweringError(constraint_message(e)) from None
+
+
+def free_examples(args: tuple[Any, ...], dynamic_shapes: tuple[dict[int, Any], ...]) -> tuple[Any, ...]:
+    """The example inputs with every free dimension of size 1 doubled: torch.export specializes a
+    dimension whose example is 1 to that constant (the program still takes 1 when min is 1)."""
+    import torch
+
+    out = []
+    for arg, free in zip(args, dynamic_shapes):
+        for index in free:
+            if arg.shape[index] == 1:
+                arg = torch.cat([arg, arg], dim=index)
+        out.append(arg)
+    return tuple(out)
+
+
+def constraint_message(error: BaseException) -> str:
+    """torch.export's 'Constraints violated' in one line: what the model's code requires of the
+    dynamic dimensions (equal to another, a multiple of something, a constant) and its suggested fixes."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    found = dict.fromkeys(line[2:] for line in lines if line.startswith("- "))
+    fixes: list[str] = []
+    for line in lines[lines.index("Suggested fixes:") + 1:] if "Suggested fixes:" in lines else []:
+        if not line:
+            break
+        fixes.append(line)
+    return ("the model does not take the spec's dynamic dimensions as given: " + ("; ".join(found) or first_line(error))
+            + (f" (torch.export suggests: {'; '.join(fixes)})" if fixes else "")
+            + "; change the spec's dynamic ranges or names to match")
+
+
+def flat_outputs(module: Any, example_inputs: tuple[Any, ...], notes: list[str]) -> Any:
+    """``module`` itself when it returns a tensor or a flat tuple of tensors; else a wrapper that
+    returns its outputs flattened in edgeship's order (:mod:`edgeship.outputs`) as a tuple: a traced
+    dict cannot be exported by the TorchScript ONNX exporter (prim::DictConstruct)."""
+    import torch
+
+    with torch.inference_mode():
+        out = module(*example_inputs)
+    if isinstance(out, torch.Tensor) or (isinstance(out, tuple) and all(isinstance(o, torch.Tensor) for o in out)):
+        return module
+    notes.append("traced with the outputs flattened to a tuple (" + ", ".join(outputs.names_of(out)) + ")")
+
+    class FlatOutputs(torch.nn.Module):
+        """The module's outputs as one flat tuple, in edgeship's flattened order."""
+
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: Any) -> tuple[Any, ...]:
+            return tuple(value for _, value in outputs.flatten(self.inner(*args)))
+
+    return FlatOutputs(module).eval()
 
 
 def capture_trace(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> Any:
@@ -98,15 +187,20 @@ def capture_trace(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> 
     nn.MultiheadAttention), trace again without it and let numeric validation judge."""
     import torch
 
+    if shapes.is_dynamic(model.spec):
+        notes.append(f"traced at the opt size; the traced graph may fix sizes the example had, so the artifact is "
+                     f"run at min, opt and max where it can be ({shapes.describe(model.spec)})")
+
+    module = flat_outputs(model.module, model.example_inputs, notes)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", torch.jit.TracerWarning)
         try:
-            traced = torch.jit.trace(model.module, model.example_inputs, check_trace=True)
+            traced = torch.jit.trace(module, model.example_inputs, check_trace=True, strict=False)
         except torch.jit.TracingCheckError as e:
             first = first_line(e)
             notes.append(f"trace check failed ({first[:120]}); traced without the check, "
                          "numeric validation judges the artifact")
-            traced = torch.jit.trace(model.module, model.example_inputs, check_trace=False)
+            traced = torch.jit.trace(module, model.example_inputs, check_trace=False, strict=False)
     tracer_warnings = {str(w.message).splitlines()[0]
                        for w in caught if issubclass(w.category, torch.jit.TracerWarning)}
     for message in sorted(tracer_warnings)[:3]:
@@ -118,7 +212,62 @@ def capture_script(model: LoadedModel, dynamic_batch: bool, notes: list[str]) ->
     """jit.script: keeps Python control flow; needs TorchScript-compatible code."""
     import torch
 
+    if shapes.is_dynamic(model.spec):
+        notes.append("scripted: sizes stay symbolic unless the code fixes them; the artifact is run at min, opt and "
+                     "max where it can be")
+
     return torch.jit.script(model.module)
 
 
 CAPTURE_METHODS = {"export": capture_export, "trace": capture_trace, "script": capture_script}
+
+
+def check_sizes(captured: Captured, predict: Callable[[list[np.ndarray]], list[np.ndarray]],
+                min_sqnr_db: float | None = SIZE_CHECK_SQNR_DB) -> str:
+    """Run an artifact at each of the spec's sizes (min, opt, max) on seeded random inputs and compare
+    it with the float model: a LoweringError names the size when the artifact fails there, returns
+    other output shapes, or (with ``min_sqnr_db``) is further than that from the float model, as a
+    graph traced at one size and fixed to it would be. Returns a note with the SQNR at each size."""
+    from edgeship.calibration.datasets import random_batch
+
+    spec, measured = captured.model.spec, []
+    for seed, (size, at) in enumerate(shapes.sizes(spec).items()):
+        where = f"at the {size} size ({', '.join(f'{name} {shape}' for name, shape in at.items())})"
+        arrays = random_batch(spec, size, seed)
+        expected = _float_outputs(captured, arrays)
+        try:
+            got = [np.asarray(a) for a in predict(arrays)]
+        except Exception as e:  # the runtime's own words say why (a bounded tensor, a fixed reshape)
+            raise LoweringError(f"the artifact does not run {where}: {type(e).__name__}: {first_line(e)}") from None
+        sqnr, problem = _compare(expected, got, min_sqnr_db)
+        if problem:
+            raise LoweringError(f"the artifact {where} {problem}")
+        measured.append(f"{size} {sqnr}")
+    return "ran at the spec's sizes against the float model (SQNR): " + ", ".join(measured)
+
+
+def _float_outputs(captured: Captured, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    import torch
+
+    with torch.inference_mode():
+        out = captured.model.module(*[torch.from_numpy(a) for a in arrays])
+    return [v.numpy() if isinstance(v, torch.Tensor) else np.asarray(v) for _, v in outputs.flatten(out)]
+
+
+def _compare(expected: list[np.ndarray], got: list[np.ndarray], min_sqnr_db: float | None) -> tuple[str, str | None]:
+    """The worst SQNR over the outputs as text, and what is wrong (None when nothing is)."""
+    if len(got) != len(expected):
+        return "", f"returns {len(got)} outputs, the float model {len(expected)}"
+    worst = None
+    for i, (ref, out) in enumerate(zip(expected, got)):
+        if ref.shape != out.shape:
+            return "", f"returns shape {list(out.shape)} for output {i}, the float model {list(ref.shape)}"
+        if np.issubdtype(out.dtype, np.floating) and not np.isfinite(out).all() and np.isfinite(ref).all():
+            return "", f"returns non-finite values in output {i}"
+        value = sqnr_db(ref, out)
+        if value is not None and (worst is None or value < worst):
+            worst = value
+    text = "identical" if worst is None else f"{worst:.1f} dB"
+    if min_sqnr_db is not None and worst is not None and worst < min_sqnr_db:
+        return text, f"differs from the float model: SQNR {text}, below {min_sqnr_db:g} dB"
+    return text, None

@@ -6,12 +6,18 @@ and accuracy come from a Mac through the device runner. Precisions: fp16 and fp3
 (int8 linear weight quantization of the converted program) and int8 (w8a8: activation
 quantization with coremltools.optimize.torch, calibrated on the calibration data, then
 converted).
+
+Dynamic dimensions become ``ct.RangeDim``s (one per group of equal dimensions, lower and upper
+bound from the spec, default = opt); the reloaded package's ranges are checked too. Apple's
+runtime runs the Neural Engine for a range-flexible model at its default shape only (other
+shapes on the GPU or CPU), so opt is what a Mac or iPhone measures fastest.
 """
 from __future__ import annotations
 
 import sys
 from typing import Any
 
+from edgeship import shapes
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
@@ -29,7 +35,7 @@ class CoremlBackend(CoremlSpec, Backend):
             return "Core ML prediction needs macOS (coremltools predicts only there); measure on a Mac device"
         return None
 
-    def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
+    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
         return {"compute_units": options.compute_units}
 
     def lower(self, request: LowerRequest) -> Artifact:
@@ -49,6 +55,10 @@ class CoremlBackend(CoremlSpec, Backend):
         details = check_interface(request.dest, request.captured.model.spec)
         notes.append("Core ML prediction needs macOS: the package was reloaded here and its interface "
                      "checked against the model spec")
+        if request.captured.dynamic:
+            flexible = shapes.describe(request.captured.model.spec)
+            notes.append(f"flexible input shapes (ct.RangeDim, default opt): {flexible}; not run at the spec's "
+                         "sizes here (Core ML predicts only on macOS)")
         return Artifact(request.dest, notes, details)
 
     def _w8a8_program(self, request: LowerRequest, notes: list[str]) -> Any:
@@ -86,13 +96,30 @@ def convert_arguments(request: LowerRequest, precision: str) -> dict[str, Any]:
     spec = request.captured.model.spec
     opts = request.options
     return {
-        "inputs": [ct.TensorType(name=i.name, shape=tuple(i.shape), dtype=np.dtype(i.dtype).type) for i in spec.inputs],
+        "inputs": [ct.TensorType(name=i.name, shape=shape, dtype=np.dtype(i.dtype).type)
+                   for i, shape in zip(spec.inputs, input_shapes(spec))],
         "outputs": [ct.TensorType(name="output", dtype=np.float32)],
         "convert_to": "mlprogram",
         "compute_precision": ct.precision.FLOAT32 if precision == "fp32" else ct.precision.FLOAT16,
         "minimum_deployment_target": getattr(ct.target, opts.minimum_deployment_target),
         "compute_units": getattr(ct.ComputeUnit, opts.compute_units),
     }
+
+
+def input_shapes(spec: Any) -> list[Any]:
+    """Each input's shape for ct.TensorType: a tuple when fixed, else a ct.Shape whose dynamic
+    dimensions are RangeDims, one object per group (a shared symbol: those dimensions are equal)."""
+    import coremltools as ct
+
+    ranges = {d.name: ct.RangeDim(lower_bound=d.min, upper_bound=d.max, default=d.opt, symbol=d.name)
+              for d in shapes.dynamic_dims(spec)}
+    names = shapes.dim_names(spec)
+    out = []
+    for inp in spec.inputs:
+        free = names[inp.name]
+        dims = [ranges[free[i]] if i in free else size for i, size in enumerate(inp.shape)]
+        out.append(ct.Shape(dims) if free else tuple(inp.shape))
+    return out
 
 
 def quantize_weights(mlmodel: Any, mode: str) -> Any:
@@ -138,7 +165,7 @@ def check_interface(path: Any, spec: Any) -> dict[str, Any]:
     loaded = ct.models.MLModel(str(path), skip_model_load=True).get_spec()
     inputs = [_feature(f) for f in loaded.description.input]
     outputs = [_feature(f) for f in loaded.description.output]
-    want = [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in spec.inputs]
+    want = [expected_feature(i) for i in spec.inputs]
     problems = [f"input {w['name']}: expected {w}, package has {got}" for w, got in zip(want, inputs) if w != got]
     if len(inputs) != len(want):
         problems.append(f"package has {len(inputs)} inputs, the spec {len(want)}")
@@ -151,10 +178,23 @@ def check_interface(path: Any, spec: Any) -> dict[str, Any]:
 ARRAY_TYPES = {65568: "float32", 65552: "float16", 131104: "int32", 65600: "float64"}
 
 
+def expected_feature(inp: Any) -> dict[str, Any]:
+    """What the package should say of an input: name, default shape (opt), dtype, and for dynamic
+    dimensions the [lower, upper] range of every dimension."""
+    feature = {"name": inp.name, "shape": shapes.shape_at(inp, "opt"), "dtype": inp.dtype}
+    if inp.dynamic:
+        feature["ranges"] = [list(r) for r in zip(shapes.shape_at(inp, "min"), shapes.shape_at(inp, "max"))]
+    return feature
+
+
 def _feature(feature: Any) -> dict[str, Any]:
     array = feature.type.multiArrayType
-    return {"name": feature.name, "shape": [int(d) for d in array.shape],
-            "dtype": ARRAY_TYPES.get(array.dataType, str(array.dataType))}
+    out = {"name": feature.name, "shape": [int(d) for d in array.shape],
+           "dtype": ARRAY_TYPES.get(array.dataType, str(array.dataType))}
+    ranges = array.shapeRange.sizeRanges
+    if ranges and any(r.lowerBound != r.upperBound for r in ranges):
+        out["ranges"] = [[int(r.lowerBound), int(r.upperBound)] for r in ranges]
+    return out
 
 
 def _program_ops(spec: Any) -> dict[str, int]:

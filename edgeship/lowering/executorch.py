@@ -1,11 +1,17 @@
 """ExecuTorch: a ``.pte`` program, delegated to XNNPACK, to Core ML (for Apple devices), or
-portable operators only, on request."""
+portable operators only, on request.
+
+Dynamic dimensions come from the capture (torch.export with the spec's ranges): ExecuTorch plans
+memory for the upper bounds (max), and a size beyond max is refused by the runtime. A program
+with dynamic dimensions is run at min, opt and max before it is kept, where this machine runs it.
+"""
 from __future__ import annotations
 
 from typing import Any
 
 from edgeship.fsutil import atomic_write_bytes
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
+from edgeship.lowering.capture import check_sizes
 from edgeship.lowering.registry import ExecutorchSpec
 from edgeship.quantize.executorch import quantize_pt2e
 
@@ -36,7 +42,19 @@ class ExecutorchBackend(ExecutorchSpec, Backend):
         if details["non_delegated_ops"] and partitioners:
             notes.append(f"not delegated to {request.options.partitioner} (portable kernels): "
                          + ", ".join(details["non_delegated_ops"]))
+        if request.captured.dynamic:
+            notes.append(self._check_sizes(request))
         return Artifact(request.dest, notes, details)
+
+    def _check_sizes(self, request: LowerRequest) -> str:
+        """Run the program at min, opt and max (fp32 compared with the float model; int8 checked for
+        shapes), or say why it cannot run here."""
+        reason = self.available(request.options)
+        if reason is not None:
+            return f"not run at the spec's sizes here: {reason}"
+        predict = self.load(request.dest, request.options)  # threads=None: the process's XNNPACK pool stays
+        return check_sizes(request.captured, predict, **({} if request.variant.precision == "fp32"
+                                                         else {"min_sqnr_db": None}))
 
     @staticmethod
     def _partitioners(options: Any, precision: str) -> list[Any]:

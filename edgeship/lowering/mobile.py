@@ -3,6 +3,10 @@
 Apps pin an older lite runtime (the last Android/iOS releases are 1.13.x), so the artifact's
 bytecode version and operator list are recorded, and a profile may name the bytecode version its
 runtime reads; the artifact is then backported, or the variant fails with the reason.
+
+TorchScript records no size ranges: a traced graph may keep sizes of the example. So an artifact
+for a spec with dynamic dimensions is run in the lite interpreter at min, opt and max and
+compared with the float model; one that fails there, or differs, fails the variant with the size.
 """
 from __future__ import annotations
 
@@ -13,13 +17,14 @@ from typing import Any
 from edgeship.errors import LoweringError, first_line
 from edgeship.fsutil import atomic_output
 from edgeship.lowering.base import Artifact, Backend, LowerRequest
+from edgeship.lowering.capture import check_sizes
 from edgeship.lowering.registry import PytorchMobileSpec
 
 
 class PytorchMobileBackend(PytorchMobileSpec, Backend):
     """Lowers to a ``.ptl`` (fp32, or int8 by the FX quantizer for the chosen engine)."""
 
-    def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
+    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
         return {"quantized_engine": options.engine}  # int8 kernels are packed for it when loaded
 
     def lower(self, request: LowerRequest) -> Artifact:
@@ -48,7 +53,19 @@ class PytorchMobileBackend(PytorchMobileSpec, Backend):
             frozen._save_for_lite_interpreter(str(tmp))
             version = self._meet_bytecode_version(tmp, opts.bytecode_version, notes)
         details = {"bytecode_version": version, "operators": operator_list(request.dest), **details}
+        if request.captured.dynamic:
+            notes.append(self._check_sizes(request))
         return Artifact(request.dest, notes, details)
+
+    def _check_sizes(self, request: LowerRequest) -> str:
+        """The saved .ptl run at min, opt and max (fp32 compared with the float model; int8 checked
+        for shapes), with the variant's quantized engine, which is restored afterwards."""
+        from edgeship.quantize.mobile import quantized_engine
+
+        fp32 = request.variant.precision == "fp32"
+        with quantized_engine(request.options.engine):
+            predict = self.load(request.dest, request.options, threads=None)
+            return check_sizes(request.captured, predict, **({} if fp32 else {"min_sqnr_db": None}))
 
     @staticmethod
     def _optimize(frozen: Any, notes: list[str]) -> Any:

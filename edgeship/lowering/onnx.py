@@ -2,20 +2,24 @@
 
 From a torch.export capture the dynamo exporter writes opset 18 or later; from a TorchScript
 capture (trace, script) the TorchScript exporter writes older opsets too. The batch dimension is
-dynamic unless the profile says otherwise.
+dynamic unless the profile says otherwise; the spec's dynamic dimensions are always free, named
+as edgeship.shapes groups them (the same name wherever two dimensions must be equal), and an
+artifact with them is run at the min, opt and max sizes before it is kept.
 """
 from __future__ import annotations
 
 import contextlib
 import io
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from edgeship import outputs, shapes
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
-from edgeship.lowering.capture import Captured
+from edgeship.lowering.capture import Captured, check_sizes
 from edgeship.lowering.registry import ONNX_QUANTIZATION, OnnxSpec
 from edgeship.quantize.onnx import quantize_dynamic_onnx, quantize_qdq
 from edgeship.quantize.quantized import Quantized
@@ -37,7 +41,7 @@ class OnnxBackend(OnnxSpec, Backend):
     def wants_dynamic_batch(self, options: Any) -> bool:
         return bool(options.dynamic_batch)
 
-    def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
+    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
         return {"graph_optimization": options.graph_optimization}
 
     def lower(self, request: LowerRequest) -> Artifact:
@@ -50,6 +54,10 @@ class OnnxBackend(OnnxSpec, Backend):
             export_onnx(request.captured, request.options.opset, request.options.dynamic_batch, request.dest)
         model = onnx.load(str(request.dest), load_external_data=False)
         onnx.checker.check_model(str(request.dest))
+        if request.captured.dynamic and self.available() is None:
+            fp32 = request.variant.precision == "fp32"
+            notes.append(check_sizes(request.captured, self.load(request.dest, request.options, threads=1),
+                                     **({} if fp32 else {"min_sqnr_db": None})))
         return Artifact(request.dest, notes, {**graph_details(model), **details})
 
 
@@ -71,11 +79,13 @@ def lower_int8(request: LowerRequest) -> Quantized:
 
 
 def export_onnx(captured: Captured, opset: int, dynamic_batch: bool, dest: Path) -> None:
-    """Write ``captured`` as ONNX to ``dest`` (atomically) with the spec's input names."""
+    """Write ``captured`` as ONNX to ``dest`` (atomically) with the spec's input names, the float
+    model's output names (edgeship.outputs) and the spec's free dimensions named."""
     import torch
 
     spec = captured.model.spec
-    names = [i.name for i in spec.inputs]
+    names, output_names = [i.name for i in spec.inputs], onnx_output_names(captured)
+    axes = shapes.dim_names(spec, dynamic_batch)
     with atomic_output(dest) as tmp:
         if captured.method == "export":
             if opset < DYNAMO_MIN_OPSET:
@@ -84,37 +94,43 @@ def export_onnx(captured: Captured, opset: int, dynamic_batch: bool, dest: Path)
                                     "variant's capture order for older opsets")
             with contextlib.redirect_stdout(io.StringIO()):
                 program = torch.onnx.export(captured.program, dynamo=True, opset_version=opset,
-                                            input_names=names, output_names=output_names(captured),
-                                            verbose=False)
+                                            input_names=names, output_names=output_names, verbose=False)
             program.save(str(tmp))
         else:
-            axes = {n: {0: "batch"} for n in names + output_names(captured)} if dynamic_batch else None
+            dynamic_axes = {**axes, **({n: {0: axes[names[0]][0]} for n in output_names} if dynamic_batch else {})}
             with contextlib.redirect_stdout(io.StringIO()):
                 torch.onnx.export(captured.program, captured.example_inputs, str(tmp), dynamo=False,
-                                  opset_version=opset, input_names=names,
-                                  output_names=output_names(captured), dynamic_axes=axes)
-        name_batch_dim(tmp)
+                                  opset_version=opset, input_names=names, output_names=output_names,
+                                  dynamic_axes={k: v for k, v in dynamic_axes.items() if v} or None)
+        name_dims(tmp, axes)
 
 
-def output_names(captured: Captured) -> list[str]:
-    """``output`` for one output, else ``output0``, ``output1``, ... (counted on the float model)."""
-    import torch
-
-    with torch.inference_mode():
-        out = captured.model.module(*captured.example_inputs)
-    n = len(out) if isinstance(out, (tuple, list)) else 1
-    return ["output"] if n == 1 else [f"output{i}" for i in range(n)]
+def onnx_output_names(captured: Captured) -> list[str]:
+    """The float model's output names as an ONNX graph carries them (``output``; ``output0``, ...;
+    a dict's keys), from its output on the example inputs."""
+    return [outputs.onnx_name(n) for n in captured.output_names()]
 
 
-def name_batch_dim(path: Path) -> None:
-    """Call the first dimension 'batch' wherever the exporter gave it a symbolic name."""
+def name_dims(path: Path, names: dict[str, dict[int, str]]) -> None:
+    """Give the free input dimensions the names in ``names`` (input -> index -> name), and the same
+    names wherever the exporter's symbols for them appear in the outputs (the dynamo exporter calls
+    them s0, s27, ...; an output may carry an expression of them)."""
     import onnx
 
     model = onnx.load(str(path))
-    for value in list(model.graph.input) + list(model.graph.output):
+    rename = {}
+    for value in model.graph.input:
         dims = value.type.tensor_type.shape.dim
-        if dims and dims[0].dim_param:
-            dims[0].dim_param = "batch"
+        for index, name in names.get(value.name, {}).items():
+            if index < len(dims) and dims[index].dim_param:
+                rename[dims[index].dim_param] = name
+    if all(old == new for old, new in rename.items()):
+        return
+    symbol = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+    for value in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param:
+                dim.dim_param = symbol.sub(lambda m: rename.get(m.group(0), m.group(0)), dim.dim_param)
     onnx.save(model, str(path))
 
 

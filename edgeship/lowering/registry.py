@@ -30,6 +30,9 @@ class BackendSpec:
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
     # Its own int8 quantizer (schemes and methods a variant's [quantization] may name), or None.
     quantization: ClassVar[QuantizationSupport | None] = None
+    # Whether its artifacts take a model spec's dynamic dimensions (every size from min to max):
+    # None when they do, else why not. Precision- or option-specific refusals: dynamic_shape_problems.
+    dynamic_shapes: ClassVar[str | None] = "this backend does not declare whether it takes dynamic dimensions"
 
     class Options(StrictModel):
         """No options."""
@@ -49,6 +52,12 @@ class BackendSpec:
     def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
         """Combinations of precision and options this backend cannot build (checked at plan time)."""
         return []
+
+    @classmethod
+    def dynamic_shape_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        """Why a variant with this precision and these options cannot take a spec's dynamic
+        dimensions (checked at plan time when the spec has some; empty when it can)."""
+        return [cls.dynamic_shapes] if cls.dynamic_shapes else []
 
     @classmethod
     def parse_options(cls, options: dict[str, Any]) -> Any:
@@ -87,6 +96,7 @@ class PytorchMobileSpec(BackendSpec):
     capture_methods = ("trace", "script")
     precisions = ("fp32", "int8")
     quantization = MOBILE_QUANTIZATION
+    dynamic_shapes = None  # TorchScript keeps sizes symbolic where the code does; lowering runs min, opt and max
 
     class Options(StrictModel):
         """Options of the pytorch-mobile backend."""
@@ -108,6 +118,7 @@ class ExecutorchSpec(BackendSpec):
     capture_methods = ("export",)
     precisions = ("fp32", "fp16", "int8")
     quantization = EXECUTORCH_QUANTIZATION
+    dynamic_shapes = None  # upper-bounded: memory is planned for the max sizes
 
     class Options(StrictModel):
         """Options of the executorch backend."""
@@ -129,6 +140,13 @@ class ExecutorchSpec(BackendSpec):
             return ['precision "int8" quantizes for XNNPACK (PT2E); with partitioner "coreml" use fp16 or fp32']
         return []
 
+    @classmethod
+    def dynamic_shape_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        if precision == "int8":
+            return ["precision \"int8\" with dynamic dimensions: the PT2E quantizer exports the quantized program "
+                    "again at the opt size only, so the .pte takes no other size; use fp32 for this model"]
+        return []
+
 
 class OnnxSpec(BackendSpec):
     """ONNX: an ``.onnx`` model run by ONNX Runtime."""
@@ -139,6 +157,7 @@ class OnnxSpec(BackendSpec):
     capture_methods = ("export", "trace", "script")
     precisions = ("fp32", "int8")
     quantization = ONNX_QUANTIZATION
+    dynamic_shapes = None  # free dimensions named by the spec's groups
 
     class Options(StrictModel):
         """Options of the onnx backend."""
@@ -164,6 +183,14 @@ class TensorrtSpec(BackendSpec):
     capture_methods = ("export", "trace", "script")
     precisions = ("fp32", "fp16", "int8")
     quantization = TENSORRT_QUANTIZATION
+    dynamic_shapes = None  # one optimization profile: min, opt and max shapes
+
+    @classmethod
+    def dynamic_shape_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        if options.get("dla_core") is not None:
+            return ["options.dla_core with dynamic dimensions: the DLA takes no dynamic dimensions (TensorRT "
+                    "needs min = opt = max for it); leave dla_core unset to build for the GPU"]
+        return []
 
     class Options(StrictModel):
         """Options of the tensorrt backend (settings the device-side builder applies)."""
@@ -206,6 +233,7 @@ class CoremlSpec(BackendSpec):
     runtime = "coreml"
     capture_methods = ("export", "trace")
     precisions = ("fp16", "fp32", "w8", "int8")
+    dynamic_shapes = None  # ct.RangeDim per dynamic dimension
 
     class Options(StrictModel):
         """Options of the coreml backend."""

@@ -8,6 +8,10 @@ TensorRT 10 builds without a calibrator. Beside it go ``engine.json`` (the build
 (the same with trtexec). On a machine without TensorRT the runner measures the ONNX with ONNX
 Runtime as a labelled host proxy; the Q/DQ proxy runs with graph optimizations off, so the
 quantization executes as written (simulated int8, what TensorRT's int8 approximates).
+
+The batch stays as the spec writes it; the spec's dynamic dimensions stay free in the ONNX and
+become one optimization profile (min, opt, max shapes) in engine.json and trtexec's
+--minShapes/--optShapes/--maxShapes. The ONNX is run at those sizes with ONNX Runtime here.
 """
 from __future__ import annotations
 
@@ -17,10 +21,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from edgeship import shapes
 from edgeship.devices import tensorrt_engine
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_write_text
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
+from edgeship.lowering.capture import check_sizes
 from edgeship.lowering.onnx import export_onnx, graph_details
 from edgeship.lowering.registry import TENSORRT_QUANTIZATION, TensorrtSpec
 
@@ -31,10 +37,11 @@ TensorrtOptions = TensorrtSpec.Options
 class TensorrtBackend(TensorrtSpec, Backend):
     """Writes the static-shape ONNX (S8S8 QDQ for int8) and the settings the device builds the engine with."""
 
-    def job_options(self, options: Any, precision: str = "fp32") -> dict[str, Any]:
+    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
         """The runner builds the engine where TensorRT imports, else runs the ONNX Runtime proxy;
-        an int8 (Q/DQ) proxy runs unoptimized so the quantization executes as written."""
-        settings = engine_settings("model.onnx", precision, options)
+        an int8 (Q/DQ) proxy runs unoptimized so the quantization executes as written. With the
+        model ``spec``, an engine for dynamic dimensions gets its min/opt/max profile."""
+        settings = engine_settings("model.onnx", precision, options, spec)
         level = "disabled" if precision == "int8" else "all"
         return {"engine": settings, "proxy": {"runtime": "onnxruntime", "label": "onnxruntime (host proxy)",
                                               "options": {"graph_optimization": level}}}
@@ -49,13 +56,27 @@ class TensorrtBackend(TensorrtSpec, Backend):
             if opts.simplify:
                 simplify(fp32, notes)
             details = self._write_model(request, fp32, notes)
-        settings = engine_settings(request.dest.name, precision, opts)
+        settings = engine_settings(request.dest.name, precision, opts, request.captured.model.spec)
         write_engine_files(request.dest.parent, settings)
         details["engine_settings"] = settings
         details["trtexec"] = " ".join(tensorrt_engine.trtexec_command(settings))
         notes.append("engine built on the device (tensorrt_engine.py or build_engine.sh); engines do not "
                      "carry across GPUs or TensorRT versions")
+        if request.captured.dynamic:
+            notes.append(self._check_sizes(request))
         return Artifact(request.dest, notes, details)
+
+    def _check_sizes(self, request: LowerRequest) -> str:
+        """The ONNX the engine is built from, run by ONNX Runtime at min, opt and max (the engine
+        itself is built and run on the device)."""
+        try:
+            require("onnxruntime", self.name)
+        except LoweringError as e:
+            return f"the ONNX was not run at the spec's sizes here: {e}"
+        int8 = request.variant.precision == "int8"
+        predict = self.load(request.dest, request.options, threads=1)
+        return "ONNX Runtime (host proxy) " + check_sizes(request.captured, predict,
+                                                          **({"min_sqnr_db": None} if int8 else {}))
 
     def _write_model(self, request: LowerRequest, fp32: Path, notes: list[str]) -> dict[str, Any]:
         import onnx
@@ -101,14 +122,18 @@ def simplify(path: Path, notes: list[str]) -> None:
     notes.append(f"onnxslim {onnxslim.__version__}: {before} -> {len(slimmed.graph.node)} nodes")
 
 
-def engine_settings(onnx_name: str, precision: str, opts: TensorrtOptions) -> dict[str, Any]:
-    """The builder settings engine.json carries to the device."""
-    return {"onnx": onnx_name, "engine": Path(onnx_name).with_suffix(".engine").name,
-            "precision": precision, "tensorrt_version": opts.tensorrt_version,
-            "workspace_mb": opts.workspace_mb,
-            "timing_cache": "timing.cache" if opts.timing_cache else None,
-            "builder_optimization_level": opts.builder_optimization_level,
-            "dla_core": opts.dla_core, "gpu_fallback": opts.gpu_fallback}
+def engine_settings(onnx_name: str, precision: str, opts: TensorrtOptions, spec: Any = None) -> dict[str, Any]:
+    """The builder settings engine.json carries to the device; with a ``spec`` that has dynamic
+    dimensions, the min/opt/max input shapes of its optimization profile."""
+    settings = {"onnx": onnx_name, "engine": Path(onnx_name).with_suffix(".engine").name,
+                "precision": precision, "tensorrt_version": opts.tensorrt_version,
+                "workspace_mb": opts.workspace_mb,
+                "timing_cache": "timing.cache" if opts.timing_cache else None,
+                "builder_optimization_level": opts.builder_optimization_level,
+                "dla_core": opts.dla_core, "gpu_fallback": opts.gpu_fallback}
+    if spec is not None and shapes.is_dynamic(spec):
+        settings["shapes"] = shapes.sizes(spec)
+    return settings
 
 
 def write_engine_files(folder: Path, settings: dict[str, Any]) -> None:

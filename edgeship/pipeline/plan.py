@@ -12,8 +12,9 @@ from pathlib import Path
 from edgeship.cache import ROOT_ENV, default_cache
 from edgeship.config import usable_folder
 from edgeship.devices import Device, LocalDevice
-from edgeship.errors import DeviceError, did_you_mean
+from edgeship.errors import DeviceError, ProfileError, did_you_mean
 from edgeship.profile import Profile, load_profile
+from edgeship.profile.checks import dynamic_shape_problems
 from edgeship.spec import ModelSpec, demo_spec_path, load_spec
 from edgeship.store import ResultsStore
 
@@ -61,6 +62,10 @@ def make_plan(request: BuildRequest) -> Plan:
     (ProfileError, ModelSpecError, OutputError, ... exit 2)."""
     profile = load_profile(request.target)
     spec = load_spec(request.model or demo_spec_path(), request.input_shape)
+    problems = dynamic_shape_problems(profile, spec)
+    if problems:
+        raise ProfileError(f"profile {profile.name} with model {spec.source or spec.name}: " + "; ".join(problems)
+                           + " (use another backend or precision for this model, or leave its dimensions fixed)")
     out_dir = Path(request.out) if request.out else Path("artifacts") / profile.name / spec.name
     devices, store = resolve_devices(request, profile.devices), ResultsStore(request.db)
     # Last, as they make the folders: a bad device or store leaves no empty output folder behind.

@@ -8,6 +8,7 @@ Nothing of a build enters its folder before it is all written (``pipeline/output
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -249,20 +250,22 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
     for item, row in zip(lowered, rows[1:]):
         if item.artifact is not None:
             jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available(item.options)))
+    sized = size_jobs(plan, ref, jobs[1:])
     current = ReuseKey((model.spec.entry, model.weights_sha256, model.params), inputs_fingerprint(ref),
-                       reference_fingerprint(ref))
+                       reference_fingerprint(ref),
+                       {size: (inputs_fingerprint(r), reference_fingerprint(r)) for size, r in ref.sizes.items()})
     # Measurements are reused unless --remeasure (quietly when there is nothing to reuse yet).
     results_path = plan.out_dir / "results.json"
     reuse = plan.request.resume or (not plan.request.remeasure and results_path.exists())
     previous = previous_results(results_path, reuse, progress)
-    tasks, reasons = plan_tasks(jobs, plan.devices, plan.out_dir / WORK, previous, current)
+    tasks, reasons = plan_tasks(jobs + sized, plan.devices, plan.out_dir / WORK, previous, current)
     if previous is not None:
         progress.info(reuse_line(tasks, reasons, plan.out_dir / "results.json"))
     with progress.step(f"measure on {', '.join(d.name for d in plan.devices)}") as status:
         measure_all(tasks, plan.profile.latency, progress)
         status["result"] = f"{sum(t.reused is None for t in tasks)} measurement(s)"
     for row, _job, unavailable in jobs:
-        record_measurements(row, [t for t in tasks if t.row is row], ref, current.inputs_sha256)
+        record_measurements(row, [t for t in tasks if t.row is row], ref, current)
         if row.backend != "eager" and row.error is None:
             if unavailable and not row.latency:
                 row.notes.append("gates not checked: no device in this build can run the artifact")
@@ -272,6 +275,16 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
                 row.gates.failures += declared_name_mismatch(row, ref.names)
                 row.gates.passed = not row.gates.failures
                 row.notes += gate_notes(gates, ref.judge.task)
+
+
+def size_jobs(plan: Plan, ref: Reference, jobs: list[tuple[VariantResult, Job, str | None]]
+              ) -> list[tuple[VariantResult, Job, str | None]]:
+    """The artifact jobs again at a dynamic model's min and max sizes: outputs only, or timed too
+    when the profile's ``latency.sizes`` is "all"."""
+    timed = plan.profile.latency.sizes == "all"
+    return [(row, replace(job, size=size, inputs=sized.inputs_npz, warmup=job.warmup if timed else 0,
+                          iterations=job.iterations if timed else 0), unavailable)
+            for size, sized in ref.sizes.items() for row, job, unavailable in jobs]
 
 
 def _variant(plan: Plan, name: str) -> Variant:
@@ -288,7 +301,7 @@ def eager_job(plan: Plan, model: LazyModel, ref: Reference) -> Job:
 def artifact_job(plan: Plan, model: LazyModel, ref: Reference, item: Lowered) -> Job:
     path = item.artifact.path
     return _job(plan, model, ref, item.backend.runtime, path, item.artifact_sha256(),
-                item.backend.job_options(item.options, item.variant.precision))
+                item.backend.job_options(item.options, item.variant.precision, model.spec))
 
 
 def _job(plan: Plan, model: LazyModel, ref: Reference, runtime: str, artifact: Path | None,

@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.markup import escape
@@ -49,7 +49,7 @@ class Task:
 
     @property
     def label(self) -> str:
-        return f"{self.row.name} on {self.device.name}"
+        return f"{self.row.name} on {self.device.name}" + (f" at the {self.job.size} size" if self.job.size else "")
 
 
 @dataclass
@@ -61,6 +61,11 @@ class ReuseKey:
     model: tuple
     inputs_sha256: str
     reference_sha256: str | None = None
+    sizes: dict[str, tuple[str, str]] = field(default_factory=dict)  # size -> (inputs, reference) sha256
+
+    def at(self, size: str | None) -> tuple[str, str | None]:
+        """The inputs and reference sha256 a row at ``size`` was measured against."""
+        return self.sizes[size] if size else (self.inputs_sha256, self.reference_sha256)
 
 
 def plan_tasks(jobs: list[tuple[VariantResult, Job, str | None]], devices: list[Device], work: Path,
@@ -73,9 +78,10 @@ def plan_tasks(jobs: list[tuple[VariantResult, Job, str | None]], devices: list[
         for device in devices:
             skip = device.skip_reason(job, unavailable)
             if skip:
-                row.notes.append(f"{device.name}: not measured here: {skip}")
+                note = f"{device.name}: not measured here: {skip}"
+                row.notes += [] if note in row.notes else [note]  # once, not once per size
                 continue
-            task = Task(row, job, device, work / row.name / device.name)
+            task = Task(row, job, device, work / row.name / device.name / (job.size or ""))
             if previous is not None:
                 task.reused, why = reusable(previous, row, device.name, job, current)
                 reasons[why] += task.reused is None
@@ -97,12 +103,13 @@ def reusable(previous: Results, row: VariantResult, device: str, job: Job,
             else row.sha256 is not None and prev.sha256 == row.sha256)
     if not same:
         return None, "artifact changed"
-    lat = next((lat for lat in prev.latency if lat.device == device), None)
-    if lat is None or lat.mean_ms is None:
+    lat = next((lat for lat in prev.latency if lat.device == device and lat.size == job.size), None)
+    if lat is None or (lat.mean_ms is None and lat.accuracy is None):
         return None, "not measured there before"
-    if lat.inputs_sha256 != current.inputs_sha256:
+    inputs_sha256, reference_sha256 = current.at(job.size)
+    if lat.inputs_sha256 != inputs_sha256:
         return None, "evaluation inputs changed"
-    if lat.reference_sha256 != current.reference_sha256:  # its accuracy would be computed against other labels
+    if lat.reference_sha256 != reference_sha256:  # its accuracy would be computed against other labels
         return None, "float outputs or labels changed"
     if (lat.warmup, lat.iterations) != (job.warmup, job.iterations) or (job.threads and lat.threads != job.threads):
         return None, "latency settings changed"
@@ -162,6 +169,8 @@ def summary(lat: Latency) -> str:
                 + (f", {lat.attempts} attempts" if (lat.attempts or 1) > 1 else ""))
     if lat.mean_ms is not None:
         return f"mean {lat.mean_ms:.3f} ms (no per-run times)"
+    if lat.size and not any(n.startswith("not measured") for n in lat.notes):
+        return "outputs only (not timed)"
     return next((n for n in lat.notes if n.startswith("not measured")), "not measured")
 
 
@@ -187,21 +196,23 @@ def previous_results(path: Path, resume: bool, progress: Progress) -> Results | 
         return None
 
 
-def record_measurements(row: VariantResult, tasks: list[Task], ref: Reference, inputs_sha256: str) -> None:
-    """Put each task's latency row on the variant, in device order, with the accuracy of that
-    device's own outputs; the variant's accuracy is the first device's that returned outputs.
-    The eager row gets its own checks (:func:`~edgeship.pipeline.validate.reference_gates`)."""
+def record_measurements(row: VariantResult, tasks: list[Task], ref: Reference, current: ReuseKey) -> None:
+    """Put each task's latency row on the variant, in device order (a dynamic model's min and max
+    sizes after), with the accuracy of that device's own outputs against the reference at that
+    size; the variant's accuracy is the first device's at the opt size that returned outputs. The
+    eager row gets its own checks (:func:`~edgeship.pipeline.validate.reference_gates`)."""
     for task in tasks:
         lat = task.reused
         if lat is None:
             lat = task.result.latency
-            lat.inputs_sha256, lat.reference_sha256 = inputs_sha256, ref.sha256
+            lat.inputs_sha256, lat.reference_sha256 = current.at(task.job.size)
             if task.result.outputs is not None:
-                lat.output_mismatch = mismatches(ref.signatures, task.result.outputs, row.precision)
+                sized = ref.at(task.job.size)
+                lat.output_mismatch = mismatches(sized.signatures, task.result.outputs, row.precision)
                 if not lat.output_mismatch:
-                    lat.accuracy = accuracy_of(ref, task.result.outputs)[0]
+                    lat.accuracy = accuracy_of(sized, task.result.outputs)[0]
         row.latency.append(lat)
-    first = next((lat for lat in row.latency if lat.accuracy is not None), None)
+    first = next((lat for lat in row.latency if lat.accuracy is not None and lat.size is None), None)
     if first is not None:
         row.accuracy = first.accuracy
         labelled = ref.data.labels is not None and ref.judge.task == "classification"

@@ -13,7 +13,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +21,22 @@ import numpy as np
 
 from edgeship import metrics
 from edgeship.cache import Cache
-from edgeship.calibration import Dataset
+from edgeship.calibration import Dataset, random_dataset
 from edgeship.devices import Device, Job
 from edgeship.devices.base import JobResult, MeasurementError, TransportError
 from edgeship.devices.runner import decode_outputs, encode_outputs, merge_batches
 from edgeship.entry import import_entry, importable
 from edgeship.errors import DataError, ModelSpecError, first_line
 from edgeship.model import call_model
-from edgeship.outputs import OutputSignature, flatten, mismatches, signature_of
+from edgeship.outputs import OutputSignature, flatten, signature_of
 from edgeship.profile import Gates, LatencySettings
 from edgeship.results import Accuracy, GateResult, Latency, OutputAccuracy, TaskAccuracy, now_utc
+from edgeship.shapes import is_dynamic
 from edgeship.tasks.evaluate import GATE_METRICS, TASK_GATES, Output, TaskJudge
 
 NON_FINITE = "outputs contain {n} non-finite values (NaN or inf)"
 NOT_INFORMATIVE = "accuracy not informative"
+SIZE_SAMPLES = 8  # evaluation samples at a dynamic model's min and max sizes
 REPRODUCE_MIN_SQNR_DB = 40.0  # a float model against itself: ~130 dB; a differently initialised one: ~0 dB
 
 
@@ -49,6 +51,11 @@ class Reference:
     inputs_npz: Path
     judge: TaskJudge
     batch: int = 1
+    sizes: dict[str, Reference] = field(default_factory=dict)  # a dynamic model's min and max sizes
+
+    def at(self, size: str | None) -> Reference:
+        """The reference at ``size`` (None or "opt": this one)."""
+        return self if size in (None, "opt") else self.sizes[size]
 
     @property
     def primary_index(self) -> int:
@@ -126,8 +133,17 @@ def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any,
         anchors = task_anchors(spec)
         if anchors is not None:
             np.save(folder / "anchors.npy", anchors)
+        for size, sized in size_datasets(plan, spec).items():
+            sized_names, sized_outputs = float_outputs(model.module, sized, batch, spec.source)
+            if sized_names != names:
+                raise ModelSpecError(f"{spec.source or 'model spec'}: at the {size} size the model returns outputs "
+                                     f"{', '.join(sized_names)}, at the opt size {', '.join(names)}")
+            (folder / size).mkdir()
+            np.savez(folder / size / "reference.npz", **encode_outputs(sized_outputs))
+            np.savez(folder / size / "eval_inputs.npz", **sized.inputs)
         facts = {"params": model.params, "flops": model.flops, "source": data.source,
-                 "state_sha256": model.state_sha256, "names": names}
+                 "state_sha256": model.state_sha256, "names": names,
+                 "sizes": {size: sized.source for size, sized in size_datasets(plan, spec).items()}}
         (folder / "facts.json").write_text(json.dumps(facts))
 
     entry = cache.get_or_compute("reference", key, compute)
@@ -149,7 +165,30 @@ def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any,
     check_labels(ref)
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(entry.path / "eval_inputs.npz", workdir / "eval_inputs.npz")
+    for size, source in facts.get("sizes", {}).items():
+        ref.sizes[size] = _sized_reference(entry.path / size, workdir / size, source, ref)
     return ref
+
+
+def size_datasets(plan: Any, spec: Any) -> dict[str, Dataset]:
+    """Seeded random samples at the min and max sizes of a model with dynamic dimensions (none
+    otherwise): every artifact is run at both, so a range it cannot take fails the variant."""
+    if not is_dynamic(spec):
+        return {}
+    settings = plan.profile.evaluation
+    n = min(settings.random_samples, SIZE_SAMPLES)
+    return {size: random_dataset(spec, n, settings.seed, size) for size in ("min", "max")}
+
+
+def _sized_reference(cached: Path, workdir: Path, source: str, main: Reference) -> Reference:
+    with np.load(cached / "eval_inputs.npz", allow_pickle=False) as npz:
+        inputs = {name: npz[name] for name in npz.files}
+    with np.load(cached / "reference.npz", allow_pickle=False) as npz:
+        outputs = decode_outputs(npz)
+    workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(cached / "eval_inputs.npz", workdir / "eval_inputs.npz")
+    return Reference(Dataset(inputs, None, source), outputs, main.names, workdir / "eval_inputs.npz", main.judge,
+                     main.batch)
 
 
 def task_anchors(spec: Any) -> np.ndarray | None:
@@ -216,7 +255,7 @@ def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
     A job whose connection dropped (TransportError) is started again up to ``device.retries``
     times, waiting ``device.backoff_s`` and then twice as long before each next try.
     """
-    row = Latency(device=device.name, runtime=job.runtime, warmup=job.warmup,
+    row = Latency(device=device.name, runtime=job.runtime, warmup=job.warmup, size=job.size,
                   iterations=job.iterations, threads=job.threads, measured_at=now_utc())
     result = _run_with_retries(device, job, workdir, row, sleep)
     if result is None:
@@ -227,6 +266,10 @@ def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
     row.load_ms = doc.get("load_ms")
     row.peak_rss_mb = doc.get("peak_rss_mb")
     row.notes.extend(doc.get("notes", []) + result.notes)
+    if not doc.get("summary_ms") and not doc["timings_ms"]:  # an outputs-only job (a size other than opt)
+        row.notes.append(f"outputs only at the {job.size or 'given'} size: latency is timed at the opt size "
+                         "(latency.sizes = \"all\" times every size)")
+        return Measurement(row, result.outputs or None)
     stats = doc.get("summary_ms") or metrics.latency_stats(doc["timings_ms"])  # summary: trtexec's own
     for key in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "cv"):
         setattr(row, key, stats.get(key))
@@ -363,7 +406,8 @@ def _reproduces(accuracy: Accuracy) -> bool:
     REPRODUCE_MIN_SQNR_DB, integer outputs exactly, varying-length outputs by the task's metrics."""
     if accuracy.non_finite:
         return False
-    for out in accuracy.outputs or [OutputAccuracy(name="", sqnr_db=accuracy.sqnr_db, max_abs_err=accuracy.max_abs_err)]:
+    alone = OutputAccuracy(name="", sqnr_db=accuracy.sqnr_db, max_abs_err=accuracy.max_abs_err)
+    for out in accuracy.outputs or [alone]:
         if out.equal is not None and out.equal < 1.0:
             return False
         if out.equal is None and out.note is None and not (
@@ -382,9 +426,13 @@ def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[La
     failure for every device whose outputs differ from the float model's in count, shape or dtype."""
     result = check_gates(gates, accuracy, latency, task)
     for row in latency:
-        result.failures += [f"output signature on {row.device}: {m}" for m in row.output_mismatch]
+        where = row.device + (f" at the {row.size} size" if row.size else "")
+        result.failures += [f"output signature on {where}: {m}" for m in row.output_mismatch]
+        if row.size and row.accuracy is None and row.mean_ms is None and not row.output_mismatch:
+            why = next((n for n in row.notes if n.startswith("not measured")), "no outputs came back")
+            result.failures.append(f"did not run on {where}: {why}")
         if row.accuracy is not None and row.accuracy is not accuracy:
-            result.failures += [f"{f} on {row.device}" for f in check_gates(gates, row.accuracy, [], task).failures
+            result.failures += [f"{f} on {where}" for f in check_gates(gates, row.accuracy, [], task).failures
                                 if not (f.startswith(NOT_INFORMATIVE) and f in result.failures)]  # said once
     result.passed = not result.failures
     return result
@@ -419,6 +467,8 @@ def check_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency],
         failures += _task_gates(gates, accuracy, task)
     if gates.max_p50_ms is not None:
         for row in latency:  # like the accuracy gates: unmeasured or non-finite never passes
+            if row.size and row.mean_ms is None:
+                continue  # outputs only at this size: latency is gated where it was timed
             if row.p50_ms is None:
                 failures.append(f"p50 not measured on {row.device} (gate max {gates.max_p50_ms:g} ms)")
             elif not row.p50_ms <= gates.max_p50_ms:

@@ -1,10 +1,14 @@
-"""Plan-time checks of a profile against the backend registry and the bundle platforms.
+"""Plan-time checks of a profile against the backend registry and the bundle platforms, and of its
+variants against the model spec (dynamic dimensions).
 
 Every check collects all of its problems; the loader raises one ``ProfileError`` naming each.
 Only declarations are consulted (``lowering.registry``), never a backend's implementation.
 """
 from __future__ import annotations
 
+from typing import Any
+
+from edgeship import shapes
 from edgeship.errors import one_of
 from edgeship.lowering.registry import SPECS
 from edgeship.profile.models import Profile, Variant
@@ -28,6 +32,17 @@ def backend_problems(profile: Profile) -> list[str]:
             problems.append(f"{where}: backend {v.backend} captures with {one_of(spec.capture_methods)}, "
                             f"but the capture order allows only {', '.join(methods)}")
     return problems
+
+
+def dynamic_shape_problems(profile: Profile, spec: Any) -> list[str]:
+    """Variants whose backend, precision or options cannot take the model spec's dynamic dimensions
+    (none when the spec has no dynamic dimensions); each names the variant, the dimensions and why."""
+    if not shapes.is_dynamic(spec):
+        return []
+    dims = shapes.describe(spec)
+    return [f"variants[{i}] ({v.name}): backend {v.backend} cannot take the model's dynamic dimensions ({dims}): {p}"
+            for i, v in enumerate(profile.variants)
+            for p in SPECS[v.backend].dynamic_shape_problems(v.precision, v.options)]
 
 
 def bundle_problems(profile: Profile) -> list[str]:

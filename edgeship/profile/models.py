@@ -38,6 +38,9 @@ class LatencySettings(StrictModel):
     max_cv: float | None = Field(
         0.15, gt=0, description="Flag a measurement whose coefficient of variation (std / mean) is above this; "
                                 "unset: never flag.")
+    sizes: Literal["opt", "all"] = Field(
+        "opt", description="For a model with dynamic dimensions: time at the opt size only (the min and max sizes "
+                           "are run for accuracy), or at min, opt and max.")
     cooldown_s: float = Field(
         0.0, ge=0, description="Seconds each device rests between two measurements (lets a phone or board cool down).")
 

@@ -72,7 +72,8 @@ class TaskJudge:
         if self.task == "detection":
             self._detection_indices(self.spec.task_settings())
 
-    def metrics(self, reference: list[Output], candidate: list[Output], labels: np.ndarray | None) -> TaskMetrics | None:
+    def metrics(self, reference: list[Output], candidate: list[Output],
+                labels: np.ndarray | None) -> TaskMetrics | None:
         """The task's metrics of ``candidate`` against ``reference`` (and labels where the task reads
         them); None for classification and generic, whose figures are the accuracy block's own."""
         if self.task == "detection":

@@ -173,7 +173,7 @@ def test_check_gates_p50_passes_only_a_measured_value_within_the_limit(p50, pass
 
 
 def test_outputs_of_another_signature_fail_the_variant_naming_both_sides() -> None:
-    from edgeship.pipeline.schedule import Task, record_measurements
+    from edgeship.pipeline.schedule import ReuseKey, Task, record_measurements
     from edgeship.pipeline.validate import Measurement
     from edgeship.results import VariantResult
 
@@ -181,8 +181,20 @@ def test_outputs_of_another_signature_fail_the_variant_naming_both_sides() -> No
     row = VariantResult(name="v", backend="onnx", precision="fp32")
     lat = Latency(device="host", runtime="onnxruntime", warmup=0, iterations=1, p50_ms=1.0)
     wrong = Measurement(lat, [np.eye(4, 3).astype(np.float32), np.zeros((4, 2), np.float32)])
-    record_measurements(row, [Task(row, None, None, Path("w"), result=wrong)], ref, "sha")
+    job = Job(runtime="onnxruntime", artifact=None, sha256=None, inputs=Path("i.npz"), input_names=["x"], batch=1,
+              warmup=0, iterations=1, threads=1, timeout_s=60)
+    record_measurements(row, [Task(row, job, None, Path("w"), result=wrong)], ref, ReuseKey((), "sha", "ref"))
     assert row.accuracy is None and lat.output_mismatch == [
         "the artifact returns 2 output(s), the float model 1 (output)"]
     gates = check_device_gates(Gates(min_sqnr_db=60.0), row.accuracy, row.latency)
     assert not gates.passed and "output signature on host: the artifact returns 2 output(s)" in gates.failures[0]
+
+
+def test_a_size_that_returned_no_outputs_fails_the_variant() -> None:
+    opt = Latency(device="host", runtime="onnxruntime", warmup=0, iterations=1, p50_ms=1.0, mean_ms=1.0,
+                  accuracy=Accuracy(samples=4, sqnr_db=90.0))
+    at_max = Latency(device="host", runtime="onnxruntime", warmup=0, iterations=0, size="max",
+                     notes=["not measured: RuntimeError: input ids dimension 1 is 64, at most 16"])
+    result = check_device_gates(Gates(min_sqnr_db=60.0, max_p50_ms=5.0), opt.accuracy, [opt, at_max])
+    assert result.failures == ["did not run on host at the max size: not measured: RuntimeError: input ids "
+                               "dimension 1 is 64, at most 16"]
