@@ -140,13 +140,6 @@ class ExecutorchSpec(BackendSpec):
             return ['precision "int8" quantizes for XNNPACK (PT2E); with partitioner "coreml" use fp16 or fp32']
         return []
 
-    @classmethod
-    def dynamic_shape_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
-        if precision == "int8":
-            return ["precision \"int8\" with dynamic dimensions: the PT2E quantizer exports the quantized program "
-                    "again at the opt size only, so the .pte takes no other size; use fp32 for this model"]
-        return []
-
 
 class OnnxSpec(BackendSpec):
     """ONNX: an ``.onnx`` model run by ONNX Runtime."""

@@ -14,7 +14,8 @@ from typing import Any
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
 from edgeship.lowering.base import LowerRequest
-from edgeship.lowering.capture import Captured, capture_export
+from edgeship import shapes
+from edgeship.lowering.capture import Captured, capture_export, free_examples
 from edgeship.lowering.registry import EXECUTORCH_QUANTIZATION
 from edgeship.quantize.observers import CALIBRATION_BATCH, calibrate_observers
 from edgeship.quantize.quantized import Quantized
@@ -37,7 +38,7 @@ def _dynamic(captured: Captured, settings: QuantizationSettings) -> tuple[Any, Q
 
     prepared = prepare_pt2e(captured.program.module(), xnnpack_quantizer(settings.per_channel, None, [], dynamic=True))
     prepared(*captured.example_inputs)  # weight observers see the weights; activations stay dynamic
-    program = _export(convert_pt2e(prepared), captured.example_inputs)
+    program = _export(convert_pt2e(prepared), captured)
     return program, Quantized.describe("dynamic", "XNNPACK dynamic int8 (PT2E)", per_channel=settings.per_channel)
 
 
@@ -56,7 +57,7 @@ def _static(request: LowerRequest, settings: QuantizationSettings) -> tuple[Any,
                                                 request.dest.parent, measure)
     if excluded:
         _, converted, facts = convert(excluded, {**key, "kept_float": excluded})
-    return _export(converted, captured.example_inputs), Quantized.describe(
+    return _export(converted, captured), Quantized.describe(
         "static", "XNNPACK int8 (PT2E, XNNPACKQuantizer)", method=method, samples=len(data),
         per_channel=settings.per_channel, kept_float=excluded, sensitivity=report,
         calibration={**facts, "data": data.source})
@@ -146,7 +147,11 @@ def node_outputs(module: Any, watch: dict[str, str], data: Dataset, batch: int) 
     return recorded
 
 
-def _export(module: Any, example_inputs: tuple[Any, ...]) -> Any:
+def _export(module: Any, captured: Captured) -> Any:
+    """The quantized module exported again, with the spec's dynamic dimensions (if any) kept free."""
     import torch
 
-    return torch.export.export(module, example_inputs)
+    dynamic = shapes.export_dynamic_shapes(captured.model.spec)
+    if dynamic is None:
+        return torch.export.export(module, captured.example_inputs)
+    return torch.export.export(module, free_examples(captured.example_inputs, dynamic), dynamic_shapes=dynamic)

@@ -196,12 +196,11 @@ def test_executorch_conv_hw_runs_at_min_opt_max(conv_model, tmp_path: Path) -> N
     assert_matches_eager_at_every_size(conv_model, predict)
 
 
-def test_executorch_int8_takes_only_the_opt_size_as_its_declaration_says(conv_model, tmp_path: Path) -> None:
-    """Why ExecutorchSpec refuses int8 with dynamic dimensions: quantize/executorch.py exports the quantized
-    module again at the example size. When that export keeps the spec's Dims, drop the refusal and this test."""
-    assert BACKENDS["executorch"].dynamic_shape_problems("int8", {})
-    with pytest.raises(LoweringError, match=r"does not run at the min size \(image \[1, 3, 8, 8\]\)"):
-        lower(conv_model, "executorch", "export", tmp_path, precision="int8")
+def test_executorch_int8_takes_every_size(conv_model, tmp_path: Path) -> None:
+    """The PT2E-quantized module is exported again with the spec's Dims, so the .pte takes the range."""
+    assert BACKENDS["executorch"].dynamic_shape_problems("int8", {}) == []
+    _, predict = lower(conv_model, "executorch", "export", tmp_path, precision="int8")
+    assert_matches_eager_at_every_size(conv_model, predict, min_sqnr_db=20.0)
 
 
 # --- pytorch-mobile ---------------------------------------------------------------------------------------------------
@@ -301,7 +300,7 @@ def test_profile_check_refuses_what_cannot_take_dynamic_dims(seq_model) -> None:
                 {"name": "mobile-int8", "backend": "pytorch-mobile", "precision": "int8"}]
     profile = Profile.model_validate({"name": "t", "variants": variants})
     problems = dynamic_shape_problems(profile, seq_model.spec)
-    assert [p.split(":")[0] for p in problems] == ["variants[0] (et-int8)", "variants[2] (trt-dla)"]
+    assert [p.split(":")[0] for p in problems] == ["variants[2] (trt-dla)"]
     assert "input_ids[1], attention_mask[1] (input_ids_dim1): 1..64, opt 16" in problems[0]
     static = ModelSpec.model_validate({"name": "s", "entry": "m:f", "inputs": [{"shape": [1, 3]}]})
     assert dynamic_shape_problems(profile, static) == []
