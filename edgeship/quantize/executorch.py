@@ -11,10 +11,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from edgeship import shapes
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
 from edgeship.lowering.base import LowerRequest
-from edgeship import shapes
 from edgeship.lowering.capture import Captured, capture_export, free_examples
 from edgeship.lowering.registry import EXECUTORCH_QUANTIZATION
 from edgeship.quantize.observers import CALIBRATION_BATCH, calibrate_observers
