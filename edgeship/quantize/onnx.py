@@ -12,7 +12,10 @@ settings. Dynamic quantization (no calibration) covers MatMul and Gemm, as PyTor
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,7 +58,8 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
                "reduce_range": activations == "uint8" if reduce_range is None else reduce_range}
 
     with tempfile.TemporaryDirectory(prefix="edgeship-qdq-") as work:
-        pre = preprocess(Path(fp32_path), Path(work) / "pre.onnx")
+        pre_notes: list[str] = []
+        pre = preprocess(Path(fp32_path), Path(work) / "pre.onnx", pre_notes)
         batch = calibration_batch(pre)
         key = {"kind": "onnxruntime-ranges", "model_sha256": sha256_file(pre),
                "data_sha256": calibration.fingerprint(), "method": method, "batch": batch,
@@ -74,10 +78,12 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
                                                         Path(dest).parent, measure)
             with atomic_output(Path(dest)) as out:
                 write(out, excluded)
-    return Quantized.describe("static", f"ONNX Runtime QDQ {FORMS[activations]}", format="QDQ",
+    done = Quantized.describe("static", f"ONNX Runtime QDQ {FORMS[activations]}", format="QDQ",
                               activations=activations, method=method, samples=len(calibration),
                               **weights, kept_float=excluded, sensitivity=report,
                               calibration={**cache_facts, "data": calibration.source})
+    done.notes += pre_notes
+    return done
 
 
 def quantize_dynamic_onnx(fp32_path: Path, dest: Path, *, per_channel: bool = True) -> Quantized:
@@ -85,20 +91,46 @@ def quantize_dynamic_onnx(fp32_path: Path, dest: Path, *, per_channel: bool = Tr
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with tempfile.TemporaryDirectory(prefix="edgeship-dyn-") as work:
-        pre = preprocess(Path(fp32_path), Path(work) / "pre.onnx")
+        pre_notes: list[str] = []
+        pre = preprocess(Path(fp32_path), Path(work) / "pre.onnx", pre_notes)
         with atomic_output(Path(dest)) as out:
             quantize_dynamic(str(pre), str(out), op_types_to_quantize=DYNAMIC_OPS, per_channel=per_channel,
                              weight_type=QuantType.QInt8)
-    return Quantized.describe("dynamic", "ONNX Runtime dynamic quantization (" + ", ".join(DYNAMIC_OPS) + ")",
+    done = Quantized.describe("dynamic", "ONNX Runtime dynamic quantization (" + ", ".join(DYNAMIC_OPS) + ")",
                               per_channel=per_channel)
+    done.notes += pre_notes
+    return done
 
 
-def preprocess(src: Path, dest: Path) -> Path:
-    """ONNX Runtime's recommended preparation: symbolic and ONNX shape inference, graph optimization."""
+def preprocess(src: Path, dest: Path, notes: list[str]) -> Path:
+    """ONNX Runtime's recommended preparation: symbolic and ONNX shape inference, graph optimization.
+    Where symbolic shape inference cannot follow the graph (data-dependent shapes: NonMaxSuppression,
+    TopK over a count), it is skipped, with a note. It runs inside ``dest``'s folder: on that failure
+    ONNX Runtime writes sym_shape_infer_temp.onnx and its data into the current folder."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    quant_pre_process(str(src), str(dest))
+    src, dest = Path(src).resolve(), Path(dest).resolve()
+    with working_directory(dest.parent):
+        try:
+            quant_pre_process(str(src), str(dest))
+        except Exception as e:  # ORT raises a bare Exception for this
+            if "Incomplete symbolic shape inference" not in str(e):
+                raise
+            quant_pre_process(str(src), str(dest), skip_symbolic_shape=True)
+            notes.append("ONNX Runtime's symbolic shape inference cannot follow this graph (data-dependent "
+                         "shapes); pre-processed with ONNX shape inference only")
     return dest
+
+
+@contextlib.contextmanager
+def working_directory(folder: Path) -> Iterator[None]:
+    """Run inside ``folder`` (lowering runs before any measuring thread starts)."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 def calibration_batch(model_path: Path) -> int:
