@@ -74,6 +74,15 @@ class InputSpec(StrictModel):
             raise ValueError(f"{count} elements; an input has at most {MAX_ELEMENTS:,} (2**31 - 1) elements")
         return shape
 
+    def described(self) -> dict[str, Any]:
+        """name, shape, dtype, and dynamic and range when given: what results.json and model.json record."""
+        out = self.model_dump(mode="json", exclude={"dynamic", "range"})
+        if self.dynamic:
+            out["dynamic"] = {k: d.model_dump(mode="json", exclude_none=True) for k, d in self.dynamic.items()}
+        if self.range is not None:
+            out["range"] = self.range
+        return out
+
     @field_validator("dynamic", mode="before")
     @classmethod
     def _index_keys(cls, dynamic: Any) -> Any:

@@ -25,7 +25,7 @@ def model_json(spec: ModelSpec, results: Results, settings: BundleSettings, labe
     layout = spec.preprocess.layout
     outputs = output_info(results, settings, labels)
     return {"schema": METADATA_SCHEMA, "model": results.model.name, "target": results.target,
-            "inputs": [{**i.model_dump(), "layout": layout if len(i.shape) == 4 else None} for i in spec.inputs],
+            "inputs": [{**i.described(), "layout": layout if len(i.shape) == 4 else None} for i in spec.inputs],
             "preprocessing": preprocessing(spec), "outputs": outputs,
             "labels": "labels.txt" if labels else None, "artifacts": artifacts}
 

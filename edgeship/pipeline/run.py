@@ -339,7 +339,7 @@ def gate_notes(gates: Gates, task: str) -> list[str]:
 def model_info(model: LazyModel, ref: Reference) -> ModelInfo:
     spec = model.spec
     return ModelInfo(name=spec.name, entry=spec.entry, weights_sha256=model.weights_sha256,
-                     inputs=[i.model_dump() for i in spec.inputs], params=model.params,
+                     inputs=[i.described() for i in spec.inputs], params=model.params,
                      flops=model.flops, seed=spec.seed, outputs=[s.to_json() for s in ref.signatures],
                      task=spec.task)
 
