@@ -4,10 +4,13 @@ and manifest.json with every file's sha256 and size, the toolchain and the valid
 """
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from edgeship import __version__
 from edgeship.bundle.archive import write_zip
@@ -15,16 +18,19 @@ from edgeship.bundle.metadata import model_json, runtime_needs
 from edgeship.bundle.platforms import PLATFORMS, Platform
 from edgeship.bundle.selection import Selection, select_variants
 from edgeship.bundle.snippets import readme, snippet
+from edgeship.devices.base import HERE as DEVICE_DIR
 from edgeship.devices.base import RUNNER_FILES
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import BundleError
 from edgeship.profile import BundleSettings, Profile
 from edgeship.results import Results, VariantResult
 from edgeship.spec import ModelSpec
+from edgeship.tasks.evaluate import task_anchors
 
 BUNDLE_FORMAT = 1
 # The device runner and the companions it imports from its own folder (hashing, TensorRT builder).
 DEVICE_FILES = {f"runner/{name}": path for name, path in RUNNER_FILES.items()}
+POSTPROCESS = DEVICE_DIR / "postprocess.py"  # detection decoding for models deployed as raw head outputs
 
 
 @dataclass
@@ -66,10 +72,31 @@ def make_bundle(platform: Platform, inputs: BundleInputs) -> Bundle:
             entries[name] = text.encode()
     if platform.name == "jetson":
         entries.update(DEVICE_FILES)
+    entries.update(postprocess_files(inputs.spec, meta))
     dest = inputs.build_dir / f"{inputs.results.model.name}-{platform.name}.zip"
     entries["README.md"] = readme(platform, inputs.results, sel, artifacts, dest.name).encode()
     write_zip(dest, entries, manifest(platform, inputs.results, sel, artifacts))
     return Bundle(dest, sel)
+
+
+def postprocess_files(spec: ModelSpec, meta: dict[str, Any]) -> dict[str, bytes | Path]:
+    """For a detector deployed as raw head outputs (``postprocess = "host"``): the reference decoder
+    the build validated with, its anchors and settings, which the app runs after the model."""
+    anchors = task_anchors(spec)
+    if anchors is None:
+        return {}
+    decode = spec.task_settings().decode
+    arguments = decode.model_dump(mode="json", exclude={"kind", "boxes", "scores", "anchors"})
+    settings = {"decoder": decode.kind, "outputs": {"box_regression": decode.boxes, "class_logits": decode.scores},
+                "anchors": "anchors.npy",
+                "arguments": {**arguments, "image_size": [spec.inputs[0].shape[-2], spec.inputs[0].shape[-1]]},
+                "usage": "boxes, scores, labels = postprocess.decode_ssd(box_regression[0], class_logits[0], "
+                         "numpy.load('anchors.npy'), **arguments)"}
+    buffer = io.BytesIO()
+    np.save(buffer, anchors)
+    meta["postprocess"] = "postprocess/decode.json"
+    return {"postprocess/postprocess.py": POSTPROCESS, "postprocess/anchors.npy": buffer.getvalue(),
+            "postprocess/decode.json": (json.dumps(settings, indent=2) + "\n").encode()}
 
 
 def collect_artifacts(platform: Platform, inputs: BundleInputs,

@@ -25,14 +25,13 @@ from edgeship.calibration import Dataset, random_dataset
 from edgeship.devices import Device, Job
 from edgeship.devices.base import JobResult, MeasurementError, TransportError
 from edgeship.devices.runner import decode_outputs, encode_outputs, merge_batches
-from edgeship.entry import import_entry, importable
 from edgeship.errors import DataError, ModelSpecError, first_line
 from edgeship.model import call_model
 from edgeship.outputs import OutputSignature, flatten, signature_of
 from edgeship.profile import Gates, LatencySettings
 from edgeship.results import Accuracy, GateResult, Latency, OutputAccuracy, TaskAccuracy, now_utc
 from edgeship.shapes import is_dynamic
-from edgeship.tasks.evaluate import GATE_METRICS, TASK_GATES, Output, TaskJudge
+from edgeship.tasks.evaluate import GATE_METRICS, TASK_GATES, Output, TaskJudge, task_anchors
 
 NON_FINITE = "outputs contain {n} non-finite values (NaN or inf)"
 NOT_INFORMATIVE = "accuracy not informative"
@@ -189,26 +188,6 @@ def _sized_reference(cached: Path, workdir: Path, source: str, main: Reference) 
     shutil.copyfile(cached / "eval_inputs.npz", workdir / "eval_inputs.npz")
     return Reference(Dataset(inputs, None, source), outputs, main.names, workdir / "eval_inputs.npz", main.judge,
                      main.batch)
-
-
-def task_anchors(spec: Any) -> np.ndarray | None:
-    """The anchors of a detection model decoded on the host, from the spec's callable, checked:
-    an [A, 4] array of finite numbers (ModelSpecError otherwise); None for other models."""
-    settings = spec.task_settings()
-    decode = getattr(settings, "decode", None)
-    if spec.task != "detection" or settings.postprocess != "host" or decode is None:
-        return None
-    where = f"{spec.source or 'model spec'}: [detection.decode] anchors {decode.anchors}"
-    with importable(spec.base_dir):
-        factory = import_entry(decode.anchors, spec.base_dir, ModelSpecError, where)
-        try:
-            anchors = np.asarray(factory(), dtype=np.float32)
-        except Exception as e:
-            raise ModelSpecError(f"{where} raised {type(e).__name__}: {first_line(e)}") from None
-    if anchors.ndim != 2 or anchors.shape[1] != 4 or not np.isfinite(anchors).all():
-        raise ModelSpecError(f"{where}: expected an [anchors, 4] array of finite xyxy boxes, got shape "
-                             f"{list(anchors.shape)}")
-    return anchors
 
 
 def check_labels(ref: Reference) -> None:

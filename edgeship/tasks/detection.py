@@ -84,16 +84,22 @@ def _area(b: np.ndarray) -> np.ndarray:
     return np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
 
 
+DEGENERATE_ATOL = 1e-3  # zero-area boxes this close in every coordinate (box units) are the same box
+
+
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of every xyxy box of ``a`` [N, 4] with every box of ``b`` [M, 4]: an [N, M] array
-    (0 where the union is empty)."""
+    """IoU of every xyxy box of ``a`` [N, 4] with every box of ``b`` [M, 4]: an [N, M] array.
+    Where the union is empty (two zero-area boxes: detectors such as torchvision's SSD keep boxes
+    clipped flat at the image edge) IoU is 1 when the boxes agree to DEGENERATE_ATOL in every
+    coordinate, else 0: a flat box matches itself, not everything."""
     a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
     width = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
     height = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
     inter = np.clip(width, 0, None) * np.clip(height, 0, None)
     union = _area(a)[:, None] + _area(b)[None, :] - inter
+    same = np.all(np.abs(a[:, None, :] - b[None, :, :]) <= DEGENERATE_ATOL, axis=2)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+        return np.where(union > 0, inter / np.where(union > 0, union, 1), same.astype(np.float64))
 
 
 def match(truth: Detections, candidate: Detections, iou_threshold: float = 0.5) -> tuple[np.ndarray, np.ndarray]:

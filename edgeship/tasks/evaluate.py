@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from edgeship.entry import import_entry, importable
+from edgeship.errors import ModelSpecError, first_line
 from edgeship.spec import DetectionSpec, ModelSpec
 from edgeship.tasks.common import TaskMetrics
 from edgeship.tasks.detection import Detections, detection_metrics, detections
@@ -149,3 +151,23 @@ def _samples(value: Output) -> int:
 def _sample(value: Output, k: int) -> Any:
     """Sample ``k`` of an output: its own array, or row ``k`` of an array merged over a batch of 1."""
     return value[k] if isinstance(value, list) else value[k:k + 1]
+
+
+def task_anchors(spec: ModelSpec) -> np.ndarray | None:
+    """The anchors of a detection model decoded on the host, from the spec's callable, checked:
+    an [A, 4] array of finite numbers (ModelSpecError otherwise); None for other models."""
+    settings = spec.task_settings()
+    decode = getattr(settings, "decode", None)
+    if spec.task != "detection" or settings.postprocess != "host" or decode is None:
+        return None
+    where = f"{spec.source or 'model spec'}: [detection.decode] anchors {decode.anchors}"
+    with importable(spec.base_dir):
+        factory = import_entry(decode.anchors, spec.base_dir, ModelSpecError, where)
+        try:
+            anchors = np.asarray(factory(), dtype=np.float32)
+        except Exception as e:
+            raise ModelSpecError(f"{where} raised {type(e).__name__}: {first_line(e)}") from None
+    if anchors.ndim != 2 or anchors.shape[1] != 4 or not np.isfinite(anchors).all():
+        raise ModelSpecError(f"{where}: expected an [anchors, 4] array of finite xyxy boxes, got shape "
+                             f"{list(anchors.shape)}")
+    return anchors

@@ -199,3 +199,11 @@ def test_detection_metrics_keep_negative_scores_by_default() -> None:
     reference = [dets([[0, 0, 10, 10]], [0], [-2.0])]
     candidate = [dets([[0, 0, 10, 10]], [0], [-2.5])]
     assert detection_metrics(reference, candidate).values["map50_vs_float"] == 1.0
+
+
+def test_zero_area_boxes_match_themselves_and_nothing_else() -> None:
+    """SSD keeps boxes clipped flat at the image edge: identical outputs must still score 1."""
+    flat = detections([[318.0, 10.0, 320.0, 10.0], [0.0, 5.0, 0.0, 9.0], [10.0, 10.0, 50.0, 40.0]], [1, 2, 1],
+                      [0.9, 0.5, 0.7])
+    assert detection_metrics([flat], [flat]).values["map50_vs_float"] == 1.0
+    assert iou_matrix(np.array([[318.0, 10.0, 320.0, 10.0]]), np.array([[318.0, 20.0, 320.0, 20.0]]))[0, 0] == 0.0
