@@ -99,6 +99,9 @@ class Latency(ResultModel):
         None, description="Accuracy of the outputs this device returned; None when it returned none.")
     inputs_sha256: str | None = Field(
         None, description="sha256 of the evaluation inputs the device ran (build --resume compares it).")
+    run_error: str | None = Field(
+        None, description="The runtime's error when the artifact failed to load or run on this device (the "
+                          "variant fails); None when it ran, or when the device itself could not be reached.")
     output_mismatch: list[str] = Field(
         default_factory=list, description="How the outputs this device returned differ from the float model's "
                                           "(count, shape, dtype); the variant fails when any does.")

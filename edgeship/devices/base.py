@@ -66,7 +66,7 @@ class JobResult:
             raise MeasurementError(f"runner exited {exit_code} without a result: {' | '.join(tail)}")
         doc = json.loads((folder / "result.json").read_text())
         if not doc.get("ok"):
-            raise MeasurementError(doc.get("error", "runner failed"))
+            raise RunnerError(doc.get("error", "runner failed"))
         outputs: list[np.ndarray | list[np.ndarray]] = []
         if (folder / "outputs.npz").exists():
             with np.load(folder / "outputs.npz", allow_pickle=False) as npz:
@@ -76,6 +76,11 @@ class JobResult:
 
 class MeasurementError(Exception):
     """A measurement that could not be taken; the message says why (it goes into the notes)."""
+
+
+class RunnerError(MeasurementError):
+    """The runner started on the device and the artifact failed to load or run there (its own fault,
+    not the device's): the message is the runtime's error."""
 
 
 class TransportError(MeasurementError):

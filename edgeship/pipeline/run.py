@@ -266,15 +266,24 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
         status["result"] = f"{sum(t.reused is None for t in tasks)} measurement(s)"
     for row, _job, unavailable in jobs:
         record_measurements(row, [t for t in tasks if t.row is row], ref, current)
-        if row.backend != "eager" and row.error is None:
-            if unavailable and not row.latency:
-                row.notes.append("gates not checked: no device in this build can run the artifact")
-            else:
-                gates = plan.profile.gates_for(_variant(plan, row.name))
-                row.gates = check_device_gates(gates, row.accuracy, row.latency, ref.judge.task)
-                row.gates.failures += declared_name_mismatch(row, ref.names)
-                row.gates.passed = not row.gates.failures
-                row.notes += gate_notes(gates, ref.judge.task)
+        if row.backend != "eager":
+            judge_row(plan, model, ref, row, unavailable)
+
+
+def judge_row(plan: Plan, model: LazyModel, ref: Reference, row: VariantResult, unavailable: str | None) -> None:
+    """A measured variant's gates (those its task checks, on every device and size), and notes on
+    gates the task ignores and on the other way to deploy a detector that failed."""
+    if row.error is None:
+        if unavailable and not row.latency:
+            row.notes.append("gates not checked: no device in this build can run the artifact")
+        else:
+            gates = plan.profile.gates_for(_variant(plan, row.name))
+            row.gates = check_device_gates(gates, row.accuracy, row.latency, ref.judge.task)
+            row.gates.failures += declared_name_mismatch(row, ref.names)
+            row.gates.passed = not row.gates.failures
+            row.notes += gate_notes(gates, ref.judge.task)
+    if not row.gates.passed:
+        row.notes += form_hint(model.spec)
 
 
 def size_jobs(plan: Plan, ref: Reference, jobs: list[tuple[VariantResult, Job, str | None]]
@@ -311,6 +320,15 @@ def _job(plan: Plan, model: LazyModel, ref: Reference, runtime: str, artifact: P
                input_names=[i.name for i in model.spec.inputs], batch=batch_size(model),
                warmup=lat.warmup, iterations=lat.iterations, threads=lat.threads,
                timeout_s=lat.timeout_s, options=options)
+
+
+def form_hint(spec: Any) -> list[str]:
+    """For a detector that includes its own post-processing, the other way to deploy it."""
+    if spec.task != "detection" or spec.task_settings().postprocess != "model":
+        return []
+    return ["the model includes its post-processing (NMS: data-dependent shapes, an op many runtimes lack); where "
+            "a backend cannot capture or run it, deploy the network up to its raw head outputs and let edgeship "
+            "decode them: [detection] postprocess = \"host\" (examples/detection/ssdlite-host.toml)"]
 
 
 def declared_name_mismatch(row: VariantResult, names: list[str]) -> list[str]:

@@ -23,7 +23,7 @@ from edgeship import metrics
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset, random_dataset
 from edgeship.devices import Device, Job
-from edgeship.devices.base import JobResult, MeasurementError, TransportError
+from edgeship.devices.base import JobResult, MeasurementError, RunnerError, TransportError
 from edgeship.devices.runner import decode_outputs, encode_outputs, merge_batches
 from edgeship.errors import DataError, ModelSpecError, first_line
 from edgeship.model import call_model
@@ -272,6 +272,7 @@ def _run_with_retries(device: Device, job: Job, workdir: Path, row: Latency,
             delay *= 2
         except MeasurementError as e:
             row.notes.append(f"not measured: {e}")
+            row.run_error = str(e) if isinstance(e, RunnerError) else None
             return None
     return None
 
@@ -402,14 +403,14 @@ def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[La
                        task: str = "classification") -> GateResult:
     """check_gates on the variant's accuracy, plus the accuracy gates on every other device that
     returned outputs (a device whose runtime computes differently fails the variant too), and a
-    failure for every device whose outputs differ from the float model's in count, shape or dtype."""
+    failure for every device (and size) where the artifact did not run, or whose outputs differ
+    from the float model's in count, shape or dtype."""
     result = check_gates(gates, accuracy, latency, task)
     for row in latency:
         where = row.device + (f" at the {row.size} size" if row.size else "")
         result.failures += [f"output signature on {where}: {m}" for m in row.output_mismatch]
-        if row.size and row.accuracy is None and row.mean_ms is None and not row.output_mismatch:
-            why = next((n for n in row.notes if n.startswith("not measured")), "no outputs came back")
-            result.failures.append(f"did not run on {where}: {why}")
+        if row.run_error is not None:  # the artifact itself failed there; an unreachable device fails the build
+            result.failures.append(f"did not run on {where}: {row.run_error}")
         if row.accuracy is not None and row.accuracy is not accuracy:
             result.failures += [f"{f} on {where}" for f in check_gates(gates, row.accuracy, [], task).failures
                                 if not (f.startswith(NOT_INFORMATIVE) and f in result.failures)]  # said once

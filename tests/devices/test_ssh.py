@@ -82,7 +82,7 @@ def test_ssh_job_is_retried_after_the_connection_drops_mid_run(sshd, ssh_device,
     delays: list[float] = []
     m = measure(device, job_for(ptl, inputs), LatencySettings(), tmp_path / "w", sleep=delays.append)
     assert m.latency.p50_ms > 0 and m.latency.attempts == 2 and delays == [0.1]
-    assert "attempt 1 failed: ssh to" in m.latency.notes[0] and m.outputs.shape[0] == 5
+    assert "attempt 1 failed: ssh to" in m.latency.notes[0] and m.outputs[0].shape[0] == 5
     assert remote_jobs(sshd) == []
 
 

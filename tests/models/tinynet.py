@@ -36,13 +36,16 @@ class AttentionNet(nn.Module):
 
 
 class Uncapturable(nn.Module):
-    """Data-dependent control flow (export fails), an int output (trace fails) and numpy (script
-    fails): no capture method can take it, yet it runs eagerly."""
+    """Data-dependent control flow (export fails), a code path that refuses tracing (trace fails,
+    as libraries with untraceable code do) and numpy (script fails): no capture method can take it,
+    yet it runs eagerly."""
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.sum() > 0:
             x = x * 2
-        return x, int(np.prod(x.shape))
+        if torch.jit.is_tracing():
+            raise RuntimeError("this model's forward cannot be traced")
+        return x + float(np.prod(x.shape))
 
 
 def build(classes: int = 4) -> TinyNet:

@@ -190,11 +190,23 @@ def test_outputs_of_another_signature_fail_the_variant_naming_both_sides() -> No
     assert not gates.passed and "output signature on host: the artifact returns 2 output(s)" in gates.failures[0]
 
 
-def test_a_size_that_returned_no_outputs_fails_the_variant() -> None:
+def test_an_artifact_that_failed_to_run_on_a_device_or_size_fails_the_variant() -> None:
     opt = Latency(device="host", runtime="onnxruntime", warmup=0, iterations=1, p50_ms=1.0, mean_ms=1.0,
                   accuracy=Accuracy(samples=4, sqnr_db=90.0))
+    error = "RuntimeError: input ids dimension 1 is 64, at most 16"
     at_max = Latency(device="host", runtime="onnxruntime", warmup=0, iterations=0, size="max",
-                     notes=["not measured: RuntimeError: input ids dimension 1 is 64, at most 16"])
+                     notes=[f"not measured: {error}"], run_error=error)
+    unreachable = Latency(device="pi", runtime="onnxruntime", warmup=0, iterations=1,
+                          notes=["not measured: ssh to pi failed (gave up after 3 attempts)"])
     result = check_device_gates(Gates(min_sqnr_db=60.0, max_p50_ms=5.0), opt.accuracy, [opt, at_max])
-    assert result.failures == ["did not run on host at the max size: not measured: RuntimeError: input ids "
-                               "dimension 1 is 64, at most 16"]
+    assert result.failures == [f"did not run on host at the max size: {error}"]
+    assert check_device_gates(Gates(), opt.accuracy, [opt, unreachable]).failures == []  # the build fails for that
+
+
+def test_a_runner_failure_is_recorded_as_the_artifacts_own_error(tmp_path) -> None:
+    from edgeship.devices.base import RunnerError
+
+    device = ScriptedDevice([RunnerError("RuntimeError: Following ops cannot be found: [torchvision::nms]")], [1.0])
+    m = measure(device, job(), LatencySettings(), tmp_path, sleep=lambda s: None)
+    assert m.latency.run_error == "RuntimeError: Following ops cannot be found: [torchvision::nms]"
+    assert not check_device_gates(Gates(), None, [m.latency]).passed
