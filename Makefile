@@ -8,7 +8,7 @@ DEVICES ?=
 DEVICE ?=
 
 .DEFAULT_GOAL := build
-.PHONY: build setup lint test test-slow test-all bench bench-quant clean
+.PHONY: build setup lint test test-slow test-all bench bench-quant zoo clean
 
 # The sentinel is rebuilt when .venv is missing or pyproject.toml changed.
 $(VENV)/.installed: pyproject.toml
@@ -40,6 +40,10 @@ bench: $(VENV)/.installed
 
 bench-quant: $(VENV)/.installed
 	$(BIN)/python benchmarks/quantization.py
+
+# Every zoo model (examples/zoo, transformers, detection) for every target; takes hours on 2 cores.
+zoo: $(VENV)/.installed
+	$(BIN)/python benchmarks/zoo.py
 
 clean:
 	rm -rf artifacts/*/ artifacts/.cache
