@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from edgeship import shapes
+from edgeship import outputs, shapes
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
@@ -98,7 +98,7 @@ def convert_arguments(request: LowerRequest, precision: str) -> dict[str, Any]:
     return {
         "inputs": [ct.TensorType(name=i.name, shape=shape, dtype=np.dtype(i.dtype).type)
                    for i, shape in zip(spec.inputs, input_shapes(spec))],
-        "outputs": [ct.TensorType(name="output", dtype=np.float32)],
+        "outputs": output_types(request.captured),
         "convert_to": "mlprogram",
         "compute_precision": ct.precision.FLOAT32 if precision == "fp32" else ct.precision.FLOAT16,
         "minimum_deployment_target": getattr(ct.target, opts.minimum_deployment_target),
@@ -106,12 +106,25 @@ def convert_arguments(request: LowerRequest, precision: str) -> dict[str, Any]:
     }
 
 
+def output_types(captured: Any) -> list[Any]:
+    """One ct.TensorType per flattened output, named as the float model's (edgeship.outputs); float
+    outputs are float32 whatever the compute precision, others keep Core ML's own type."""
+    import coremltools as ct
+    import numpy as np
+
+    values = [value for _, value in outputs.flatten(captured.float_output())]
+    return [ct.TensorType(name=outputs.onnx_name(name), dtype=np.float32 if value.is_floating_point() else None)
+            for name, value in zip(captured.output_names(), values)]
+
+
 def input_shapes(spec: Any) -> list[Any]:
     """Each input's shape for ct.TensorType: a tuple when fixed, else a ct.Shape whose dynamic
     dimensions are RangeDims, one object per group (a shared symbol: those dimensions are equal)."""
     import coremltools as ct
 
-    ranges = {d.name: ct.RangeDim(lower_bound=d.min, upper_bound=d.max, default=d.opt, symbol=d.name)
+    # No symbol= names: coremltools allows a symbol once per process (a second Core ML variant of the
+    # build would fail); the shared RangeDim object is what makes grouped dimensions equal.
+    ranges = {d.name: ct.RangeDim(lower_bound=d.min, upper_bound=d.max, default=d.opt)
               for d in shapes.dynamic_dims(spec)}
     names = shapes.dim_names(spec)
     out = []
