@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -91,14 +92,9 @@ def build(name: str, spec: Path, target: str, timeout: float, db: str, cold: boo
         return {**record, "outcome": "missing spec", "message": f"{record['spec']} does not exist"}
     cmd = [sys.executable, "-m", "edgeship", "build", "--target", target, "--model", str(spec), "--out", str(out),
            "--quiet", "--db", db] + (["--remeasure"] if cold else [])
-    env = dict(os.environ)
     started = time.time()
-    try:
-        with tempfile.TemporaryDirectory(prefix="zoo-cache-") as cache:
-            if cold:
-                env["EDGESHIP_CACHE_DIR"] = cache
-            proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
+    proc = _run(cmd, timeout, cold)
+    if proc is None:
         return {**record, "outcome": "timeout", "message": f"no result after {timeout:.0f} s (killed)",
                 "seconds": round(time.time() - started, 1)}
     results = out / "results.json"
@@ -110,6 +106,22 @@ def build(name: str, spec: Path, target: str, timeout: float, db: str, cold: boo
     if proc.returncode in (1, 2) or not fresh:
         record["message"] = _last_line(proc.stderr) or _last_line(proc.stdout) or "no output"
     return record
+
+
+def _run(cmd: list[str], timeout: float, cold: bool) -> subprocess.CompletedProcess | None:
+    """Run a build in its own process group (so a timeout kills the runners it started too); None
+    on timeout. ``cold``: with an empty stage cache of its own, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="zoo-cache-") as cache:
+        env = {**os.environ, "EDGESHIP_CACHE_DIR": cache} if cold else None
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            return None
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def _last_line(text: str) -> str:
@@ -159,7 +171,7 @@ def _cell(row: dict) -> dict:
             "from_stage_cache": any("reused from the stage cache" in n for n in row["lowering"].get("notes", [])),
             "sqnr_db": accuracy.get("sqnr_db"), "agreement": accuracy.get("agreement"),
             "cosine": accuracy.get("cosine"), "task": (accuracy.get("task") or {}).get("values"),
-            "p50_ms": {lat["device"]: lat.get("p50_ms") for lat in latency},
+            "p50_ms": {lat["device"]: lat.get("p50_ms") for lat in latency if not lat.get("size")},  # at opt
             "checked": bool(latency) and row.get("accuracy") is not None and not any(
                 n.startswith(UNCHECKED) for n in row.get("notes", []))}
     if row.get("error"):
@@ -194,7 +206,7 @@ def summarize(models: dict) -> dict:
     cells = [c for per_target in models.values() for record in per_target.values() for c in record["variants"].values()]
     built = [c for c in cells if c["status"] in ("built", "gate", "not measured")]
     fp32 = [c for c in built if c["precision"] == "fp32"]
-    checked = [c for c in fp32 if c.get("checked")]
+    checked = [c for c in fp32 if c.get("checked") or c["status"] == "gate"]   # a failed gate was checked
     passed = [c for c in checked if c["status"] == "built"]
     outcomes: dict[str, int] = {}
     for record in (r for per_target in models.values() for r in per_target.values()):

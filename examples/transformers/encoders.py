@@ -15,8 +15,8 @@ Two choices shape what edgeship is shown:
   entry_kwargs for the matmul + softmax form). Both export everywhere edgeship lowers to, and
   ONNX, Core ML and the lite interpreter decompose the fused op into the same matmuls; the
   difference is ExecuTorch int8: XNNPACK's PT2E quantizer leaves the fused attention in float
-  (SQNR 30.1 dB, worst per-sample cosine 0.9995 against the float model) but quantizes eager's
-  attention matmuls (18.2 dB, 0.983).
+  (SQNR 30.1 dB, worst per-sample cosine 0.9995 against the float model) but quantizes the
+  outputs of eager's score matmul, scaling and mask add (18.2 dB, 0.983).
 
 The wrappers hand the model a ready 4D additive mask ([batch, 1, 1, tokens]: 0 on real tokens,
 -10000 on padding; transformers passes a 4D mask through as it is) instead of the 2D 0/1
