@@ -82,17 +82,19 @@ def mismatches(expected: list[OutputSignature], got: list[np.ndarray | list[np.n
             problems.append(f"output {sig.name}: the artifact returns {what}, the float model "
                             f"{'varies' if sig.ragged else 'does not'}")
             continue
-        sample = value[0] if isinstance(value, list) and value else value
-        if isinstance(sample, list):
-            continue
-        shape = list(sample.shape[1:])
-        if shape != [d for d in sig.shape[1:]] and not sig.ragged:
-            problems.append(f"output {sig.name}: the artifact returns shape [N, {', '.join(map(str, shape))}], the "
-                            f"float model [N, {', '.join(map(str, sig.shape[1:]))}]")
-        elif sig.ragged and list(sample.shape[1:]) != sig.shape[1:]:
-            problems.append(f"output {sig.name}: the artifact returns per-sample shape {list(sample.shape)}, the "
-                            f"float model {sig.shape}")
-        if str(sample.dtype) != sig.dtype and not (precision == "fp16" and {str(sample.dtype), sig.dtype}
-                                                  == {"float16", "float32"}):
-            problems.append(f"output {sig.name}: the artifact returns {sample.dtype}, the float model {sig.dtype}")
+        for array in value if isinstance(value, list) else [value]:  # every sample of a ragged output
+            problems += [p for p in _differences(sig, array, precision) if p not in problems]
+    return problems
+
+
+def _differences(sig: OutputSignature, array: np.ndarray, precision: str) -> list[str]:
+    """How one array (the whole output, or one sample of a ragged one) differs from ``sig``."""
+    problems = []
+    if list(array.shape[1:]) != sig.shape[1:]:
+        got = ", ".join(map(str, array.shape[1:]))
+        want = ", ".join(map(str, sig.shape[1:]))
+        problems.append(f"output {sig.name}: the artifact returns shape [N, {got}], the float model [N, {want}]")
+    half = precision == "fp16" and {str(array.dtype), sig.dtype} == {"float16", "float32"}
+    if str(array.dtype) != sig.dtype and not half:
+        problems.append(f"output {sig.name}: the artifact returns {array.dtype}, the float model {sig.dtype}")
     return problems

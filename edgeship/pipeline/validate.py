@@ -132,7 +132,8 @@ def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any,
         anchors = task_anchors(spec)
         if anchors is not None:
             np.save(folder / "anchors.npy", anchors)
-        for size, sized in size_datasets(plan, spec).items():
+        sized_data = size_datasets(plan, spec)
+        for size, sized in sized_data.items():
             sized_names, sized_outputs = float_outputs(model.module, sized, batch, spec.source)
             if sized_names != names:
                 raise ModelSpecError(f"{spec.source or 'model spec'}: at the {size} size the model returns outputs "
@@ -142,7 +143,7 @@ def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any,
             np.savez(folder / size / "eval_inputs.npz", **sized.inputs)
         facts = {"params": model.params, "flops": model.flops, "source": data.source,
                  "state_sha256": model.state_sha256, "names": names,
-                 "sizes": {size: sized.source for size, sized in size_datasets(plan, spec).items()}}
+                 "sizes": {size: sized.source for size, sized in sized_data.items()}}
         (folder / "facts.json").write_text(json.dumps(facts))
 
     entry = cache.get_or_compute("reference", key, compute)

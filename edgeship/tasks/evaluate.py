@@ -101,7 +101,7 @@ class TaskJudge:
         if settings.postprocess == "host":
             return self._decoded(outputs, settings, who)
         b, s, lab = self._detection_indices(settings)
-        n = _samples(outputs[b])
+        n = len(outputs[b])
         return [detections(_boxes(_sample(outputs[b], k)), _sample(outputs[lab], k), _sample(outputs[s], k),
                            box_format=settings.box_format, name=f"{who}'s sample {k}") for k in range(n)]
 
@@ -142,10 +142,6 @@ def _boxes(value: np.ndarray) -> np.ndarray:
     """[1, D, 4] (a batch-first padded output) or [D, 4] as [D, 4]."""
     a = np.asarray(value)
     return a.reshape(-1, 4) if a.ndim >= 2 and a.shape[-1] == 4 else a
-
-
-def _samples(value: Output) -> int:
-    return len(value)
 
 
 def _sample(value: Output, k: int) -> Any:
