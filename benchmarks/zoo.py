@@ -16,6 +16,7 @@ can be re-run. Nothing is asserted: a zoo reports.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import platform
@@ -132,8 +133,9 @@ def _last_line(text: str) -> str:
 
 
 def run(models: list[str], specs: dict[str, Path], targets: list[str], jobs: int, timeout: float,
-        cold: bool) -> dict:
-    """Every (model, target) build, ``jobs`` at a time, model by model; a line printed as each ends."""
+        cold: bool, header: dict) -> dict:
+    """Every (model, target) build, ``jobs`` at a time, model by model; a line printed and zoo.json
+    updated as each ends (a zoo stopped after hours keeps what it measured)."""
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / ".gitignore").write_text("# build outputs of benchmarks/zoo.py (artifacts, reports): not kept in git\n*\n")
     db = f"sqlite:///{OUT / 'results.db'}"   # the zoo's builds are recorded apart from the user's own
@@ -145,6 +147,7 @@ def run(models: list[str], specs: dict[str, Path], targets: list[str], jobs: int
         print(f"  {pair[0]:30} {pair[1]:8} {record['outcome']:12} {record['seconds']:7.1f} s"
               + (f" ({cached} variant(s) from the stage cache)" if cached else "")
               + (f"  {record['message'][:150]}" if record.get("message") else ""), flush=True)
+        write({**header, "models": {pair[0]: {pair[1]: record}}})
         return pair, record
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -250,15 +253,18 @@ def print_summary(summary: dict, label: str) -> None:
 
 
 def write(doc: dict) -> dict:
-    """Merge this run into zoo.json per (model, target) and write it; the merged document."""
-    previous = json.loads(SUMMARY.read_text()) if SUMMARY.exists() else {}
-    models = previous.get("models", {})
-    for name, per_target in doc["models"].items():
-        models[name] = {**models.get(name, {}), **per_target}
-    merged = {**doc, "models": models, "summary": summarize(models)}
-    tmp = SUMMARY.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(merged, indent=2) + "\n")
-    tmp.replace(SUMMARY)
+    """Merge ``doc`` into zoo.json per (model, target) and write it; the merged document. A lock
+    file keeps the read-merge-write whole when builds (or two zoo runs) end at the same time."""
+    with open(SUMMARY.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        previous = json.loads(SUMMARY.read_text()) if SUMMARY.exists() else {}
+        models = previous.get("models", {})
+        for name, per_target in doc["models"].items():
+            models[name] = {**models.get(name, {}), **per_target}
+        merged = {**previous, **doc, "models": models, "summary": summarize(models)}
+        tmp = SUMMARY.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(merged, indent=2) + "\n")
+        tmp.replace(SUMMARY)
     return merged
 
 
@@ -281,7 +287,7 @@ def main() -> int:
     started = time.time()
     print(f"zoo: {len(models)} model(s) x {len(targets)} target(s), {args.jobs} build(s) at a time", flush=True)
     doc = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine()}
-    doc["models"] = run(models, specs, targets, max(1, args.jobs), args.timeout, args.cold)
+    doc["models"] = run(models, specs, targets, max(1, args.jobs), args.timeout, args.cold, dict(doc))
     doc["seconds"] = round(time.time() - started, 1)
     merged = write(doc)
     print_matrices(doc["models"], targets)

@@ -139,7 +139,10 @@ def unsupported_op(error: BaseException) -> str | None:
 
 def failure_line(error: BaseException, limit: int = 300) -> str:
     """``Type: first line`` of a converter's failure (colour codes removed), naming the operator
-    it could not take when its text names one and the first line does not."""
+    it could not take when its text names one and the first line does not. edgeship's own
+    LoweringError is written to be read whole: its message alone, not cut."""
+    if isinstance(error, LoweringError):
+        return first_line(error)
     line = f"{type(error).__name__}: {first_line(error)[:limit]}"
     op = unsupported_op(error)
     return line + (f" (unsupported op: {op})" if op and op.split("::")[-1] not in line else "")

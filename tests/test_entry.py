@@ -44,3 +44,25 @@ def test_entry_source_finds_the_module_file_without_running_it(tmp_path: Path) -
     assert entry_source("sys", None) is None
     assert entry_source("entry_nowhere:build", tmp_path) is None
     assert str(tmp_path) not in sys.path
+
+
+def test_import_entry_same_module_name_in_two_folders_gives_each_its_own(tmp_path: Path) -> None:
+    """Python caches modules by name: the second folder's model.py was shadowed by the first's."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "zoo_entry_model.py").write_text(f"WHICH = {name!r}\n")
+    try:
+        assert import_entry("zoo_entry_model:WHICH", tmp_path / "a", ModelSpecError) == "a"
+        assert import_entry("zoo_entry_model:WHICH", tmp_path / "b", ModelSpecError) == "b"
+        assert entry_source("zoo_entry_model:WHICH", tmp_path / "a") == tmp_path / "a" / "zoo_entry_model.py"
+        assert import_entry("zoo_entry_model:WHICH", tmp_path / "a", ModelSpecError) == "a"
+        assert import_entry("zoo_entry_model:WHICH", None, ModelSpecError) == "a"   # no folder: the cached one
+    finally:
+        sys.modules.pop("zoo_entry_model", None)
+
+
+def test_import_entry_never_reimports_an_installed_package(tmp_path: Path) -> None:
+    import numpy
+
+    (tmp_path / "numpy.py").write_text("raise RuntimeError('the user file was imported')\n")
+    assert import_entry("numpy:ndarray", tmp_path, ModelSpecError) is numpy.ndarray

@@ -11,9 +11,11 @@ lower from them run the artifact at the min, opt and max sizes (``check_sizes``)
 """
 from __future__ import annotations
 
+import contextlib
 import time
+import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +157,33 @@ def constraint_message(error: BaseException) -> str:
     return ("the model does not take the spec's dynamic dimensions as given: " + ("; ".join(found) or first_line(error))
             + (f" (torch.export suggests: {'; '.join(fixes)})" if fixes else "")
             + "; change the spec's dynamic ranges or names to match")
+
+
+@contextlib.contextmanager
+def fx_tracing(tool: str, alternative: str) -> Iterator[None]:
+    """Run ``tool``, which traces the model symbolically with torch.fx; a failure of that tracing
+    becomes a LoweringError naming the line of the model's code where it stopped and ``alternative``.
+
+    torch.fx runs ``forward`` with proxies instead of tensors, so Python control flow on shapes
+    (Hugging Face transformers slice by ``seq_length``, check ``mask.ndim``) stops it with a bare
+    TypeError or TraceError that says nothing about FX. Errors raised elsewhere pass unchanged.
+    """
+    try:
+        yield
+    except Exception as error:
+        frames = list(traceback.extract_tb(error.__traceback__))
+        paths = [f.filename.replace("\\", "/") for f in frames]
+        if not any("/torch/fx/" in p for p in paths):
+            raise
+        model = [(p, f.lineno) for p, f in zip(paths, frames) if "/torch/" not in p and "/edgeship/" not in p]
+        where = ""
+        if model:
+            path, line = model[-1]
+            where = f" at {path.split('site-packages/')[-1]}:{line}"
+        raise LoweringError(
+            f"{tool}: torch.fx could not trace the model ({type(error).__name__}{where}: {first_line(error)}); "
+            f"Python control flow on tensor shapes, as in Hugging Face transformers, stops FX. {alternative}"
+        ) from error
 
 
 def flat_outputs(module: Any, example_inputs: tuple[Any, ...], notes: list[str]) -> Any:

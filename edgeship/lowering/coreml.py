@@ -21,7 +21,7 @@ from edgeship import outputs, shapes
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
-from edgeship.lowering.capture import Captured
+from edgeship.lowering.capture import Captured, fx_tracing
 from edgeship.lowering.registry import CoremlSpec
 
 W8A8_MIN_TARGETS = ("iOS17", "iOS18", "macOS14", "macOS15")  # activation quantization needs iOS 17 ops
@@ -161,7 +161,9 @@ def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any
     config = LinearQuantizerConfig(global_config=ModuleLinearQuantizerConfig(
         quantization_scheme="symmetric", milestones=[0, 0, 1_000_000, 1_000_000]))
     quantizer = LinearQuantizer(copy.deepcopy(module).eval(), config)
-    prepared = quantizer.prepare(example_inputs=example_inputs, inplace=True)
+    with fx_tracing("Core ML w8a8 (coremltools.optimize.torch LinearQuantizer)",
+                    "Use precision w8 (int8 weights, quantized after conversion, no tracing) for this model."):
+        prepared = quantizer.prepare(example_inputs=example_inputs, inplace=True)
     quantizer.step()
     prepared.eval()
     batch = example_inputs[0].shape[0]

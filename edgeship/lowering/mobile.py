@@ -53,6 +53,12 @@ class PytorchMobileBackend(PytorchMobileSpec, Backend):
             frozen._save_for_lite_interpreter(str(tmp))
             version = self._meet_bytecode_version(tmp, opts.bytecode_version, notes)
         details = {"bytecode_version": version, "operators": operator_list(request.dest), **details}
+        foreign = custom_operators(details["operators"])
+        if foreign:
+            request.dest.unlink()
+            raise LoweringError(f"the graph calls {', '.join(foreign)}, which PyTorch Mobile's lite interpreter does "
+                                "not have (its runtime holds ATen, prim and quantized operators; custom operators "
+                                "need a runtime built with them)")
         if request.captured.dynamic:
             notes.append(self._check_sizes(request))
         return Artifact(request.dest, notes, details)
@@ -98,6 +104,15 @@ class PytorchMobileBackend(PytorchMobileSpec, Backend):
             backported.unlink(missing_ok=True)
         notes.append(f"backported from bytecode version {current} to {wanted}")
         return _get_model_bytecode_version(str(path))
+
+
+# Operator namespaces in the PyTorch Mobile runtime libraries apps link (pytorch_android, LibTorch-Lite).
+MOBILE_NAMESPACES = ("aten", "prim", "quantized", "_quantized", "prepacked", "sparse")
+
+
+def custom_operators(operators: list[str]) -> list[str]:
+    """The operators (``torchvision::nms``) from namespaces the lite interpreter's runtime lacks."""
+    return [op for op in operators if op.split("::")[0] not in MOBILE_NAMESPACES]
 
 
 def operator_list(path: Any) -> list[str]:

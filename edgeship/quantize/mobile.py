@@ -17,7 +17,7 @@ from typing import Any
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
 from edgeship.lowering.base import LowerRequest
-from edgeship.lowering.capture import Captured
+from edgeship.lowering.capture import Captured, fx_tracing
 from edgeship.lowering.registry import MOBILE_QUANTIZATION
 from edgeship.quantize.observers import (
     CALIBRATION_BATCH,
@@ -98,7 +98,9 @@ def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, 
                            ) -> tuple[Any, dict[str, Any]]:
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
-    prepared = prepare_fx(copy.deepcopy(module).eval(), mapping, example)
+    with fx_tracing("static int8 (PyTorch FX graph mode, prepare_fx)",
+                    'Use quantization = { scheme = "dynamic" } (int8 nn.Linear, no tracing) for this model.'):
+        prepared = prepare_fx(copy.deepcopy(module).eval(), mapping, example)
     facts = calibrate_observers(prepared, data, batch[0], cache, key, flexible=batch[1])
     return convert_fx(prepared), facts
 

@@ -1,6 +1,7 @@
 """Capture: each method, the trace-check fallback, remembered failures, fallback order."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from edgeship.lowering.capture import Capturer
@@ -43,3 +44,38 @@ def test_capture_failures_are_remembered_and_fallback_reaches_next_method() -> N
 def test_capture_first_returns_the_first_working_method(tiny_model) -> None:
     captured, failures = Capturer(tiny_model).first(["script", "export"])
     assert captured.method == "script" and failures == []
+
+
+class _SlicesByLength(torch.nn.Module):
+    """Slices a buffer by the input's length, as transformers' position ids do: FX cannot trace it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("positions", torch.arange(16, dtype=torch.float32))
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) + self.positions[: x.shape[1]].unsqueeze(-1)
+
+
+def test_fx_tracing_names_the_model_line_and_the_alternative() -> None:
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import prepare_fx
+
+    from edgeship.errors import LoweringError, failure_line
+    from edgeship.lowering.capture import fx_tracing
+
+    with pytest.raises(LoweringError) as caught:
+        with fx_tracing("static int8 (prepare_fx)", "Use scheme dynamic."):
+            prepare_fx(_SlicesByLength().eval(), get_default_qconfig_mapping("x86"), (torch.zeros(1, 8, 4),))
+    text = failure_line(caught.value)
+    assert text.startswith("static int8 (prepare_fx): torch.fx could not trace the model (TypeError at ")
+    assert "test_capture.py:" in text and text.endswith("Use scheme dynamic.")  # the model's own line, whole
+
+
+def test_fx_tracing_lets_other_errors_through() -> None:
+    from edgeship.lowering.capture import fx_tracing
+
+    with pytest.raises(ValueError, match="not from FX"):
+        with fx_tracing("tool", "alternative"):
+            raise ValueError("not from FX")

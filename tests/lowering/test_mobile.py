@@ -40,3 +40,21 @@ def test_mobile_too_old_bytecode_version_fails_without_leaving_a_file(lower, tmp
     with pytest.raises(LoweringError, match="cannot bring bytecode version 8 down to 3"):
         lower("pytorch-mobile", "trace", bytecode_version=3)
     assert not list(tmp_path.rglob("*.ptl"))
+
+
+def test_mobile_refuses_a_custom_operator_the_lite_runtime_lacks(tmp_path) -> None:
+    from edgeship.lowering.backends import BACKENDS
+    from edgeship.lowering.base import LowerRequest
+    from edgeship.lowering.capture import Capturer
+    from edgeship.model import load_model
+    from edgeship.profile import Variant
+    from edgeship.spec import load_spec
+
+    model = load_model(load_spec("tests.models.tinynet:build_keeps_best", "1,6,4"))
+    backend = BACKENDS["pytorch-mobile"]
+    dest = tmp_path / "v" / "model.ptl"
+    request = LowerRequest(Capturer(model).get("trace"), Variant(name="v", backend="pytorch-mobile"),
+                           backend.parse_options({}), dest)
+    with pytest.raises(LoweringError, match=r"calls torchvision::nms, which PyTorch Mobile's lite interpreter"):
+        backend.lower(request)
+    assert not dest.exists()

@@ -80,3 +80,18 @@ class Inverse(nn.Module):
 
 def build_inverse() -> Inverse:
     return Inverse()
+
+
+class KeepsBest(nn.Module):
+    """Scores rows of boxes and keeps the best by torchvision's NMS: a custom operator (torchvision::nms)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torchvision.ops import nms
+
+        boxes = torch.cat([x[0, :, :2], x[0, :, :2] + 1 + x[0, :, 2:]], dim=1)
+        keep = nms(boxes, x[0].sum(1), 0.5)
+        return boxes[keep[:1]]
+
+
+def build_keeps_best() -> KeepsBest:
+    return KeepsBest()
