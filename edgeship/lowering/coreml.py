@@ -40,7 +40,7 @@ class CoremlBackend(CoremlSpec, Backend):
 
     def lower(self, request: LowerRequest) -> Artifact:
         ct = require("coremltools", self.name)
-        notes: list[str] = []
+        notes: list[str] = int32_notes(request.captured.model.spec)  # refuses an int64 range beyond int32 first
         precision = request.variant.precision
         if precision == "int8":
             program = self._w8a8_program(request, notes)
@@ -96,7 +96,7 @@ def convert_arguments(request: LowerRequest, precision: str) -> dict[str, Any]:
     spec = request.captured.model.spec
     opts = request.options
     return {
-        "inputs": [ct.TensorType(name=i.name, shape=shape, dtype=np.dtype(i.dtype).type)
+        "inputs": [ct.TensorType(name=i.name, shape=shape, dtype=np.dtype(package_dtype(i.dtype)).type)
                    for i, shape in zip(spec.inputs, input_shapes(spec))],
         "outputs": output_types(request.captured),
         "convert_to": "mlprogram",
@@ -191,12 +191,37 @@ def check_interface(path: Any, spec: Any) -> dict[str, Any]:
 
 
 ARRAY_TYPES = {65568: "float32", 65552: "float16", 131104: "int32", 65600: "float64"}
+INT32 = (-2**31, 2**31 - 1)
+
+
+def package_dtype(dtype: str) -> str:
+    """The dtype a Core ML package takes for a spec input: its MLMultiArray has no int64, so int64
+    inputs (token ids, masks) are int32 in the package and the app feeds int32."""
+    return "int32" if dtype == "int64" else dtype
+
+
+def int32_notes(spec: Any) -> list[str]:
+    """What the variant's notes say about int64 inputs taken as int32, and whether their values fit."""
+    notes = []
+    for inp in spec.inputs:
+        if inp.dtype != "int64":
+            continue
+        if inp.range is None:
+            fits = "the spec gives no range: the app must keep values within int32"
+        elif INT32[0] <= inp.range[0] and inp.range[1] - 1 <= INT32[1]:
+            fits = f"the spec's range [{inp.range[0]:g}, {inp.range[1]:g}) fits"
+        else:
+            raise LoweringError(f"input {inp.name}: range [{inp.range[0]:g}, {inp.range[1]:g}) does not fit in int32, "
+                                "and Core ML takes integer inputs only as int32")
+        notes.append(f"input {inp.name}: int64 in the model, int32 in the Core ML package (Core ML has no int64 "
+                     f"inputs); {fits}")
+    return notes
 
 
 def expected_feature(inp: Any) -> dict[str, Any]:
     """What the package should say of an input: name, default shape (opt), dtype, and for dynamic
     dimensions the [lower, upper] range of every dimension."""
-    feature = {"name": inp.name, "shape": shapes.shape_at(inp, "opt"), "dtype": inp.dtype}
+    feature = {"name": inp.name, "shape": shapes.shape_at(inp, "opt"), "dtype": package_dtype(inp.dtype)}
     if inp.dynamic:
         feature["ranges"] = [list(r) for r in zip(shapes.shape_at(inp, "min"), shapes.shape_at(inp, "max"))]
     return feature

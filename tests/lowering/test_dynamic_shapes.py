@@ -287,6 +287,25 @@ def test_coreml_package_has_the_spec_ranges(conv_model, tmp_path: Path, method: 
     assert any("ct.RangeDim" in n for n in artifact.notes)
 
 
+def test_coreml_takes_int64_token_ids_as_int32_with_their_range(seq_model, tmp_path: Path) -> None:
+    pytest.importorskip("coremltools")
+    artifact, _ = lower(seq_model, "coreml", "export", tmp_path)
+    ids, mask = artifact.details["inputs"]
+    assert (ids["name"], ids["dtype"], ids["ranges"]) == ("input_ids", "int32", [[1, 1], [1, 64]])
+    assert mask["dtype"] == "int32"
+    assert "input input_ids: int64 in the model, int32 in the Core ML package (Core ML has no int64 inputs); the " \
+           "spec's range [0, 100) fits" in artifact.notes
+
+
+def test_coreml_refuses_int64_values_beyond_int32() -> None:
+    from edgeship.errors import LoweringError
+    from edgeship.lowering.coreml import int32_notes
+
+    spec = ModelSpec.model_validate({**SEQ, "inputs": [{**SEQ["inputs"][0], "range": [0, 2**40]}]})
+    with pytest.raises(LoweringError, match=r"input input_ids: range \[0, 1.09951e\+12\) does not fit in int32"):
+        int32_notes(spec)
+
+
 # --- profile check ----------------------------------------------------------------------------------------------------
 
 def test_profile_check_refuses_what_cannot_take_dynamic_dims(seq_model) -> None:
