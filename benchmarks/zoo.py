@@ -132,6 +132,21 @@ def _last_line(text: str) -> str:
     return lines[-1][:400] if lines else ""
 
 
+def collect(name: str, spec: Path, target: str) -> dict | None:
+    """The record of an earlier build from its folder's results.json (--collect), without building:
+    for a zoo run stopped before it wrote zoo.json. Its time and exit code are not known."""
+    results = OUT / name / target / "results.json"
+    if not results.exists():
+        return None
+    doc = json.loads(results.read_text())
+    failed = any(row.get("error") or row.get("gates", {}).get("failures") for row in doc["variants"])
+    record = {"spec": str(spec.relative_to(REPO)) if spec.is_relative_to(REPO) else str(spec),
+              "built_at": doc.get("created"), "load_average": None, "seconds": None, "exit_code": None,
+              "outcome": "gate failed" if failed else "ok", "collected": True}
+    record["variants"] = variant_cells(doc, target, record)
+    return record
+
+
 def run(models: list[str], specs: dict[str, Path], targets: list[str], jobs: int, timeout: float,
         cold: bool, header: dict) -> dict:
     """Every (model, target) build, ``jobs`` at a time, model by model; a line printed and zoo.json
@@ -278,12 +293,25 @@ def main() -> int:
     parser.add_argument("--cold", action="store_true",
                         help="an empty stage cache per build and --remeasure: build times are first builds' "
                              "(default: the shared cache and edgeship's reuse of unchanged measurements)")
+    parser.add_argument("--collect", action="store_true",
+                        help="build nothing: read the results.json that earlier builds left in "
+                             "benchmarks/results/zoo/<model>/<target>/ into zoo.json (a stopped run's builds)")
     args = parser.parse_args()
     models = args.models.split(",") if args.models else list(specs)
     targets = args.targets.split(",") if args.targets else targets_here
     unknown = [m for m in models if m not in specs] + [t for t in targets if t not in targets_here]
     if unknown:
         parser.error(f"unknown model or target: {', '.join(unknown)}")
+    if args.collect:
+        found = {(m, t): collect(m, specs[m], t) for m in models for t in targets}
+        found = {k: v for k, v in found.items() if v is not None}
+        doc = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(), "models": {}}
+        for (m, t), record in found.items():
+            doc["models"].setdefault(m, {})[t] = record
+        merged = write(doc)
+        print(f"collected {len(found)} build(s) into {SUMMARY.relative_to(REPO)}")
+        print_summary(merged["summary"], "zoo.json")
+        return 0
     started = time.time()
     print(f"zoo: {len(models)} model(s) x {len(targets)} target(s), {args.jobs} build(s) at a time", flush=True)
     doc = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine()}

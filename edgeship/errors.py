@@ -122,6 +122,8 @@ UNSUPPORTED_OP = [
     r"(?i)(?:unsupported|not supported|not implemented|no \w+ (?:found|registered))[^\n]*?"
     r"\b(?P<ns>aten|prim|quantized)(?:::|\.)(?P<op>\w+)",
     r"(?i)\b(?P<ns>aten|prim|quantized)(?:::|\.)(?P<op>\w+)[^\n]*?(?:unsupported|not supported|not implemented)",
+    # coremltools' converter of one torch op failed inside (its traceback: convert_single_node, then the op's function)
+    r'in convert_single_node\n(?:(?!\s*File ).*\n)*\s*File "[^"]*frontend/torch/ops\.py", line \d+, in _?(?P<op>\w+)',
 ]
 
 

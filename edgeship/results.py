@@ -70,6 +70,25 @@ class Accuracy(ResultModel):
     task: TaskAccuracy | None = Field(None, description="The task's metrics; None for classification and generic.")
 
 
+class CpuFacts(ResultModel):
+    """The CPU a row ran on, as the device runner found it (``devices/cpu.py``)."""
+
+    model: str | None = Field(None, description="The CPU's name (x86: model name; ARM: board and core types).")
+    arch: str | None = Field(None, description="Machine architecture, e.g. x86_64, aarch64, arm64.")
+    flags: list[str] = Field(
+        default_factory=list, description="Instruction-set flags that decide int8 and bf16 kernels (x86: avx2, "
+                                          "avx512_vnni, avx_vnni, amx_int8, ...; ARM: neon, dotprod, i8mm, sve, ...).")
+    source: str = Field("unknown", description="Where they were read: /proc/cpuinfo, sysctl, or unknown.")
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any] | None) -> CpuFacts | None:
+        """The facts in a runner's result (its ``cpu``), or None when it has none (a native program)."""
+        if not isinstance(doc, dict):
+            return None
+        return cls(model=doc.get("model"), arch=doc.get("arch"), flags=list(doc.get("flags") or []),
+                   source=doc.get("source") or "unknown")
+
+
 class Latency(ResultModel):
     """One variant timed on one device."""
 
@@ -108,6 +127,9 @@ class Latency(ResultModel):
     reference_sha256: str | None = Field(
         None, description="sha256 of the float model's outputs and the labels this row's accuracy was computed "
                           "against (build --resume compares it).")
+    cpu: CpuFacts | None = Field(
+        None, description="The CPU this row ran on (model, architecture, ISA flags); None when the device did not "
+                          "say (an adb device's native benchmark program, a row from an older build).")
     notes: list[str] = Field(default_factory=list)
 
 

@@ -37,6 +37,11 @@ def test_first_line_drops_terminal_colour_codes() -> None:
     ("PyTorch convert function for op 'grid_sampler' not implemented.", "grid_sampler"),
     ("Unsupported op: aten::upsample_bicubic2d", "aten::upsample_bicubic2d"),
     ("the graph holds aten::size and aten::eye; shapes are static", None),
+    ('  File "/v/coremltools/converters/mil/frontend/torch/ops.py", line 174, in convert_single_node\n'
+     '    add_op(context, node)\n'
+     '  File "/v/coremltools/converters/mil/frontend/torch/ops.py", line 3066, in _int\n'
+     '    _cast(context, node, int, "int32")\n'
+     '  File "/v/coremltools/converters/mil/frontend/torch/ops.py", line 3048, in _cast\n', "int"),
 ])
 def test_unsupported_op_is_found_in_the_chained_errors(text: str, op: str | None) -> None:
     assert unsupported_op(chained(text, "Failed to convert the exported program")) == op

@@ -72,16 +72,17 @@ def make_bundle(platform: Platform, inputs: BundleInputs) -> Bundle:
             entries[name] = text.encode()
     if platform.name == "jetson":
         entries.update(DEVICE_FILES)
-    entries.update(postprocess_files(inputs.spec, meta))
+    entries.update(postprocess_files(inputs.spec, meta, platform.name))
     dest = inputs.build_dir / f"{inputs.results.model.name}-{platform.name}.zip"
     entries["README.md"] = readme(platform, inputs.results, sel, artifacts, dest.name).encode()
     write_zip(dest, entries, manifest(platform, inputs.results, sel, artifacts))
     return Bundle(dest, sel)
 
 
-def postprocess_files(spec: ModelSpec, meta: dict[str, Any]) -> dict[str, bytes | Path]:
+def postprocess_files(spec: ModelSpec, meta: dict[str, Any], platform: str) -> dict[str, bytes | Path]:
     """For a detector deployed as raw head outputs (``postprocess = "host"``): the reference decoder
-    the build validated with, its anchors and settings, which the app runs after the model."""
+    the build validated with, its anchors and settings, which the app runs after the model; for
+    android also its Java port (an app cannot run the Python one), tested against it."""
     anchors = task_anchors(spec)
     if anchors is None:
         return {}
@@ -92,10 +93,18 @@ def postprocess_files(spec: ModelSpec, meta: dict[str, Any]) -> dict[str, bytes 
                 "arguments": {**arguments, "image_size": [spec.inputs[0].shape[-2], spec.inputs[0].shape[-1]]},
                 "usage": "boxes, scores, labels = postprocess.decode_ssd(box_regression[0], class_logits[0], "
                          "numpy.load('anchors.npy'), **arguments)"}
+    files: dict[str, bytes | Path] = {"postprocess/postprocess.py": POSTPROCESS}
+    if platform == "android":
+        settings["usage_java"] = ("SsdDecoder.Detection[] detections = new SsdDecoder(SsdDecoder.readAnchorsNpy("
+                                  "anchorsNpyStream), weights, score_threshold, iou_threshold, candidates_per_class, "
+                                  "max_detections, background != null ? background : SsdDecoder.NO_BACKGROUND, "
+                                  "image_size).decode(boxRegression, classLogits); // SsdDecoder.java, package "
+                                  "ai.edgeship")
+        files["postprocess/SsdDecoder.java"] = Path(__file__).parent / "templates" / "SsdDecoder.java"
     buffer = io.BytesIO()
     np.save(buffer, anchors)
     meta["postprocess"] = "postprocess/decode.json"
-    return {"postprocess/postprocess.py": POSTPROCESS, "postprocess/anchors.npy": buffer.getvalue(),
+    return {**files, "postprocess/anchors.npy": buffer.getvalue(),
             "postprocess/decode.json": (json.dumps(settings, indent=2) + "\n").encode()}
 
 

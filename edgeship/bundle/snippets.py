@@ -14,7 +14,7 @@ from edgeship import __version__
 from edgeship.bundle.platforms import Platform
 from edgeship.bundle.selection import Selection
 from edgeship.results import Results
-from edgeship.spec import ModelSpec
+from edgeship.spec import DecodeSpec, DetectionSpec, ModelSpec
 
 # dtype -> (Kotlin array type, Tensor factory); both Android runtimes have these fromBlob overloads.
 KOTLIN = {"float32": ("FloatArray", "fromBlob"), "int64": ("LongArray", "fromBlob"),
@@ -36,8 +36,16 @@ def snippet(platform: Platform, meta: dict[str, Any], spec: ModelSpec, sel: Sele
     artifacts = [_artifact(platform, a, spec) for a in meta["artifacts"]]
     backends = {a["backend"]: True for a in artifacts}
     text = _env().get_template(str(platform.snippet)).render(model=meta["model"], inputs=inputs,
-                                                             artifacts=artifacts, backends=backends)
+                                                             artifacts=artifacts, backends=backends,
+                                                             decoder=_host_decoder(spec))
     return name, text
+
+
+def _host_decoder(spec: ModelSpec) -> DecodeSpec | None:
+    """The ``[detection.decode]`` settings of a detector the app decodes (its bundle carries the
+    decoder: postprocess_files), else None."""
+    settings = spec.task_settings()
+    return settings.decode if isinstance(settings, DetectionSpec) and settings.postprocess == "host" else None
 
 
 def _artifact(platform: Platform, a: dict[str, Any], spec: ModelSpec) -> dict[str, Any]:

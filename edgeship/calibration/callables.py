@@ -1,9 +1,13 @@
 """``module:callable`` data sources: a function returning an iterable of input batches.
 
 Each batch is an array or tensor (one-input models), a tuple or list with one per input, or a
-dict keyed by input name, optionally with ``y`` (int64 labels). The model spec's folder is
-importable while the source is read. Batches are read until the iterable ends or ``limit``
-samples are in hand.
+dict keyed by input name, optionally with ``y`` labels: class indices [B] or class masks [B, H, W]
+(whole numbers, read as int64), or labelled boxes for task detection, either an array [B, M, 5]
+or a list with one [M_k, 5] array per sample, each row (x1, y1, x2, y2, class) and rows with a
+negative class padding. Boxes keep their dtype (float64 or int64); batches of boxes are padded
+with rows of -1 to the largest M of the data set. The task's check decides whether ``y`` fits
+it. The model spec's folder is importable while the source is read. Batches are read until the
+iterable ends or ``limit`` samples are in hand.
 """
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ def read_callable(entry: str, spec: ModelSpec, limit: int | None = None) -> Data
     if not count:
         raise DataError(f"data source {entry}: yielded no batches")
     inputs = {n: np.concatenate(parts[n])[:limit] for n in names}
-    y_all = np.concatenate(labels)[:limit] if labels and len(labels) == len(parts[names[0]]) else None
+    y_all = _joined(labels, entry)[:limit] if labels and len(labels) == len(parts[names[0]]) else None
     return Dataset(inputs, y_all, entry)
 
 
@@ -60,8 +64,8 @@ def _split(batch: Any, names: list[str], entry: str, index: int) -> tuple[dict[s
         if missing:
             raise DataError(f"data source {entry}: batch {index} has keys {', '.join(map(str, batch))}; "
                             f"expected {', '.join(names)} (and optionally y)")
-        labels = batch.get("y")
-        return {n: _array(batch[n]) for n in names}, None if labels is None else _labels(labels, entry, index)
+        arrays, labels = {n: _array(batch[n]) for n in names}, batch.get("y")
+        return arrays, None if labels is None else _labels(labels, entry, index, len(arrays[names[0]]))
     items = list(batch) if isinstance(batch, (tuple, list)) else [batch]
     if len(items) != len(names):
         raise DataError(f"data source {entry}: batch {index} holds {len(items)} arrays; the model takes "
@@ -69,15 +73,65 @@ def _split(batch: Any, names: list[str], entry: str, index: int) -> tuple[dict[s
     return {n: _array(a) for n, a in zip(names, items)}, None
 
 
-def _labels(value: Any, entry: str, index: int) -> np.ndarray:
-    """A batch's ``y`` as int64 class indices; DataError for NaN/inf or fractional values (a cast
-    would turn them into arbitrary classes)."""
-    y = _array(value)
+def _labels(value: Any, entry: str, index: int, samples: int) -> np.ndarray:
+    """A batch's ``y`` for its ``samples`` samples: labelled boxes [B, M, 5] as they are (float64
+    or int64: the task's check reads their classes and corners), anything else as int64 class
+    indices; DataError for another sample count, NaN/inf, or fractional values outside boxes (a
+    cast would turn them into arbitrary classes)."""
+    y = _box_list(value, entry, index) if _is_box_list(value) else _array(value)
+    if y.ndim == 0 or len(y) != samples:
+        raise DataError(f"data source {entry}: batch {index} holds {samples} samples but y has shape "
+                        f"{list(y.shape)}; labels are one per sample")
     refuse_non_finite(y, f"data source {entry}: batch {index}: y")
+    if _is_boxes(y) and np.issubdtype(y.dtype, np.floating):
+        return y.astype(np.float64)
     if np.issubdtype(y.dtype, np.inexact) and not np.array_equal(y, np.round(y)):
-        raise DataError(f"data source {entry}: batch {index}: y holds fractional values; labels are integer "
-                        "class indices")
+        raise DataError(f"data source {entry}: batch {index}: y holds fractional values; labels are integer class "
+                        "indices (or boxes [B, M, 5] of x1, y1, x2, y2, class)")
     return y.astype(np.int64)
+
+
+def _is_boxes(y: np.ndarray) -> bool:
+    """Labelled boxes [B, M, 5]: M rows of (x1, y1, x2, y2, class) per sample."""
+    return y.ndim == 3 and y.shape[-1] == 5
+
+
+def _is_box_list(value: Any) -> bool:
+    """A list with one [M_k, 5] array of labelled boxes per sample ([] or an empty array: none)."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return False
+    parts = [_array(v) for v in value]
+    return all(p.size == 0 or (p.ndim == 2 and p.shape[1] == 5) for p in parts)
+
+
+def _box_list(value: Any, entry: str, index: int) -> np.ndarray:
+    """Per-sample [M_k, 5] box arrays as one [B, max M_k, 5] array padded with rows of -1."""
+    parts = [_array(v) for v in value]
+    kinds = {p.dtype for p in parts if p.size} or {np.dtype(np.int64)}
+    if not all(np.issubdtype(k, np.integer) or np.issubdtype(k, np.floating) for k in kinds):
+        raise DataError(f"data source {entry}: batch {index}: y holds box arrays of dtype "
+                        f"{', '.join(sorted(map(str, kinds)))}; boxes are numbers")
+    dtype = np.float64 if any(np.issubdtype(k, np.floating) for k in kinds) else np.int64
+    return np.stack(_pad_boxes([p.reshape(-1, 5).astype(dtype) for p in parts]))
+
+
+def _pad_boxes(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Box arrays [..., M, 5] (int64 or float64) padded with rows of -1 to the largest M among them."""
+    most = max(a.shape[-2] for a in arrays)
+    return [np.concatenate([a, np.full((*a.shape[:-2], most - a.shape[-2], 5), -1, a.dtype)], axis=-2)
+            for a in arrays]
+
+
+def _joined(labels: list[np.ndarray], entry: str) -> np.ndarray:
+    """Every batch's labels as one array: boxes padded with rows of -1 to the largest M of the data
+    set, other labels as they are; DataError when batches hold labels of different shapes."""
+    if all(_is_boxes(y) for y in labels):
+        return np.concatenate(_pad_boxes(labels))
+    shapes = sorted({str(list(y.shape[1:])) for y in labels})
+    if len(shapes) > 1:
+        raise DataError(f"data source {entry}: batches hold labels (y) of different shapes per sample: "
+                        f"{', '.join(shapes)}")
+    return np.concatenate(labels)
 
 
 def _array(value: Any) -> np.ndarray:

@@ -1,5 +1,7 @@
 """A data set of model inputs: one array per input, N samples along the first axis, and optional
-int64 labels. Every reader (``.npz``, image folder, ``module:callable``) returns one."""
+labels: int64 class indices [N] or masks [N, H, W], or labelled boxes [N, M, 5] (int64 or
+float64; rows of x1, y1, x2, y2, class, a negative class padding). Every reader (``.npz``, image
+folder, ``module:callable``) returns one."""
 from __future__ import annotations
 
 import hashlib
@@ -12,7 +14,7 @@ from edgeship.errors import DataError
 
 @dataclass
 class Dataset:
-    """N samples: ``inputs[name]`` is an array of shape [N, *sample_shape]; ``labels`` is [N] or None."""
+    """N samples: ``inputs[name]`` is an array of shape [N, *sample_shape]; ``labels`` is [N, ...] or None."""
 
     inputs: dict[str, np.ndarray]
     labels: np.ndarray | None

@@ -1,5 +1,8 @@
 """.npz files as data sets: ``x`` for a one-input model, else one array per input name, and
-optional ``y`` labels (int class indices)."""
+optional ``y`` labels: integer class indices [N] (classification), integer class masks [N, H, W]
+(segmentation), or labelled boxes [N, M, 5] of any real dtype (detection: per sample M rows of
+x1, y1, x2, y2, class; rows with a negative class pad). The reader does not know the task: the
+task's own check (``edgeship.pipeline.validate.check_labels``) decides whether ``y`` fits it."""
 from __future__ import annotations
 
 import zipfile
@@ -33,9 +36,18 @@ def read_npz(path: Path, spec: ModelSpec) -> Dataset:
         refuse_non_finite(arrays[key], f"{path}: array {key!r}")
     inputs = {name: arrays[key] for name, key in zip(names, keys)}
     labels = arrays.get("y")
-    if labels is not None:
-        if labels.ndim not in (1, 3) or not np.issubdtype(labels.dtype, np.integer):
-            raise DataError(f"{path}: y must be integer class indices [N] (or class masks [N, H, W] for task "
-                            f"segmentation), got shape {list(labels.shape)} dtype {labels.dtype}")
-        labels = labels.astype(np.int64)
-    return Dataset(inputs, labels, str(path))
+    return Dataset(inputs, None if labels is None else _labels(labels, path), str(path))
+
+
+def _labels(y: np.ndarray, path: Path) -> np.ndarray:
+    """``y`` as int64 class indices or masks, or as labelled boxes [N, M, 5] (float64 when stored as
+    floats: box corners need not be whole pixels); DataError for NaN/inf or another shape or dtype."""
+    refuse_non_finite(y, f"{path}: array 'y'")
+    integer, real = np.issubdtype(y.dtype, np.integer), np.issubdtype(y.dtype, np.floating)
+    if y.ndim == 3 and y.shape[-1] == 5 and (integer or real):
+        return y.astype(np.float64 if real else np.int64)
+    if y.ndim not in (1, 3) or not integer:
+        raise DataError(f"{path}: y must be integer class indices [N], integer class masks [N, H, W] (task "
+                        "segmentation) or labelled boxes [N, M, 5] of (x1, y1, x2, y2, class) (task detection); "
+                        f"got shape {list(y.shape)} dtype {y.dtype}")
+    return y.astype(np.int64)

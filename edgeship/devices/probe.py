@@ -4,8 +4,8 @@
 
 Copied to the device beside runner.py by ``edgeship devices check``; needs only the standard
 library (it reports numpy's absence rather than failing on it). Prints one JSON document:
-OS, architecture, Python, CPU count, free disk in FOLDER, and for every runtime the runner
-knows, its version or why it does not import.
+OS, architecture, Python, CPU count, the CPU (model, ISA flags: cpu.py), free disk in FOLDER, and
+for every runtime the runner knows, its version or why it does not import.
 """
 from __future__ import annotations
 
@@ -16,10 +16,12 @@ import platform
 import shutil
 import sys
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 
 def runtimes():
     """runtime id -> "version" or "not importable: why", for every runtime in runner.py."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, HERE)
     try:
         import runner
     except Exception as e:  # numpy missing, a syntax error on an old Python: say which
@@ -47,11 +49,22 @@ def _import(modules):
         return str(getattr(mod, "__version__", "importable (version unknown)"))
 
 
+def cpu():
+    """The CPU's facts from the companion cpu.py, or why they are missing."""
+    sys.path.insert(0, HERE)
+    try:
+        import cpu as cpu_module
+    except Exception as e:
+        return {"model": None, "arch": platform.machine(), "flags": [], "source": "unknown",
+                "error": "cpu.py not importable: %s: %s" % (type(e).__name__, e)}
+    return cpu_module.cpu_facts()
+
+
 def facts(folder):
     os.makedirs(folder, exist_ok=True)
     return {"os": "%s %s" % (platform.system(), platform.release()), "arch": platform.machine(),
             "python": "%s (%s)" % (platform.python_version(), sys.executable), "cpus": os.cpu_count(),
-            "free_disk_bytes": shutil.disk_usage(folder).free}
+            "cpu": cpu(), "free_disk_bytes": shutil.disk_usage(folder).free}
 
 
 def main(argv=None):

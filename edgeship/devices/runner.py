@@ -4,13 +4,14 @@
 
 Runs on the device (or in a fresh process on the host). Needs only the standard library, numpy
 and the runtime the job names, so it runs on a stock JetPack or macOS Python; it is copied to the
-device beside the artifact, with its companions hashing.py and tensorrt_engine.py, and imports
-nothing of edgeship. The job (JSON) names the runtime, the artifact and its sha256, an inputs
+device beside the artifact, with its companions hashing.py, tensorrt_engine.py and cpu.py, and
+imports nothing of edgeship. The job (JSON) names the runtime, the artifact and its sha256, an inputs
 ``.npz`` (one array per input, N samples), the batch size, warmup, iterations and threads.
 The runner checks the artifact's sha256 first, times ``iterations`` inferences on the first batch
 after ``warmup`` untimed ones, then runs every batch and writes the outputs ``.npz`` (``out0``,
 ``out1``, ... in the model's flattened output order; ``out<i>.<sample>`` for an output whose length
-varies by sample) and a result JSON. Accuracy is computed by the host from those outputs.
+varies by sample) and a result JSON, which also names the CPU it ran on (``cpu``). Accuracy is
+computed by the host from those outputs.
 
 Each runtime is a ``Runner`` (after Polygraphy's runners): ``load()`` the artifact, ``infer()`` a
 batch, ``close()``; ``run()`` does all the timing. The host-only ``eager`` runtime lives in
@@ -488,6 +489,15 @@ def run(job, base):
     }
 
 
+def cpu_facts():
+    """This device's CPU (model, architecture, the ISA flags that decide int8 kernels) from the
+    companion cpu.py; None when it is not beside this file (a runner copied alone)."""
+    try:
+        return sibling("cpu").cpu_facts()
+    except ImportError:
+        return None
+
+
 def stop_at_deadline(seconds):
     """Stop this runner at the job's deadline (POSIX), so a job whose host gave up on it, or
     whose connection dropped, does not keep the device busy while the next job is timed."""
@@ -515,6 +525,7 @@ def main(argv=None):
     try:
         stop_at_deadline(job.get("deadline_s"))
         result = run(job, base)
+        result["cpu"] = cpu_facts()
         code = 0
     except Exception as e:  # the host reads the failure from the result, with the traceback
         result = {"ok": False, "error": "%s: %s" % (type(e).__name__, e), "traceback": traceback.format_exc()}

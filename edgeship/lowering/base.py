@@ -33,6 +33,9 @@ class LowerRequest:
     dest: Path                    # where the artifact goes; write it atomically
     calibration: Callable[[], Dataset] | None = None  # the calibration samples, loaded on first call
     cache: Cache | None = None    # caches calibration results; None: no caching
+    # The CPUs the artifact will run on, (device name, devices.cpu.cpu_facts()) each, for settings a
+    # quantizer picks by CPU (quantize/cpu_choice.py); None: this machine's.
+    cpus: list[tuple[str, dict[str, Any] | None]] | None = None
 
 
 @dataclass

@@ -21,6 +21,7 @@ from edgeship.fsutil import atomic_output
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
 from edgeship.lowering.capture import Captured, check_sizes
 from edgeship.lowering.registry import ONNX_QUANTIZATION, OnnxSpec
+from edgeship.quantize.cpu_choice import choose_reduce_range, cpu_details, this_machine
 from edgeship.quantize.onnx import quantize_dynamic_onnx, quantize_qdq
 from edgeship.quantize.quantized import Quantized
 from edgeship.quantize.settings import QuantizationSettings
@@ -62,7 +63,8 @@ class OnnxBackend(OnnxSpec, Backend):
 
 
 def lower_int8(request: LowerRequest) -> Quantized:
-    """Export the float model to a temporary file, then quantize it into ``request.dest``."""
+    """Export the float model to a temporary file, then quantize it into ``request.dest``; static
+    int8's ``reduce_range`` is the profile's, else chosen for the target CPUs (``request.cpus``)."""
     settings = request.variant.quantization or QuantizationSettings()
     with tempfile.TemporaryDirectory(prefix="edgeship-onnx-") as work:
         fp32 = Path(work) / "fp32.onnx"
@@ -70,12 +72,17 @@ def lower_int8(request: LowerRequest) -> Quantized:
         if settings.scheme == "dynamic":
             return quantize_dynamic_onnx(fp32, request.dest, per_channel=settings.per_channel)
         data = request.calibration().take(settings.samples, settings.seed or 0)
-        return quantize_qdq(fp32, request.dest, data, activations=request.options.activations,
-                            reduce_range=request.options.reduce_range,
-                            per_channel=settings.per_channel,
-                            method=settings.method or ONNX_QUANTIZATION.default_method,
-                            percentile=settings.percentile, keep_float=settings.keep_float,
-                            sensitivity=settings.sensitivity, cache=request.cache)
+        cpus = this_machine() if request.cpus is None else request.cpus
+        reduce_range, why = choose_reduce_range(request.options.reduce_range, request.options.activations, cpus)
+        quantized = quantize_qdq(fp32, request.dest, data, activations=request.options.activations,
+                                 reduce_range=reduce_range,
+                                 per_channel=settings.per_channel,
+                                 method=settings.method or ONNX_QUANTIZATION.default_method,
+                                 percentile=settings.percentile, keep_float=settings.keep_float,
+                                 sensitivity=settings.sensitivity, cache=request.cache)
+    quantized.notes.append(why)
+    quantized.details.update(reduce_range_reason=why, cpus=cpu_details(cpus))
+    return quantized
 
 
 def export_onnx(captured: Captured, opset: int, dynamic_batch: bool, dest: Path) -> None:

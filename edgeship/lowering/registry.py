@@ -163,8 +163,9 @@ class OnnxSpec(BackendSpec):
             "uint8", description="int8 static: uint8 activations (U8S8, fast on CPUs) or symmetric int8 (S8S8, "
                                  "TensorRT's form).")
         reduce_range: bool | None = Field(
-            None, description="int8 static: 7-bit weights; unset: on for uint8 activations (x86 kernels without "
-                              "VNNI saturate otherwise).")
+            None, description="int8 static: 7-bit weights; unset: chosen from the target CPUs, on when one is x86 "
+                              "without VNNI (its kernels saturate otherwise) or unknown, off when all have VNNI or "
+                              "are ARM.")
 
 
 class TensorrtSpec(BackendSpec):

@@ -73,8 +73,9 @@ def capture_order(profile: Profile, variant: Variant) -> list[str]:
 
 def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_dir: Path,
                   calibration: Callable[[], Dataset] | None = None, debug: bool = False,
-                  cache: Cache | None = None) -> Lowered:
-    """Capture (with fallback) and lower one variant; failures become ``Lowered.error``."""
+                  cache: Cache | None = None, cpus: list[tuple[str, dict[str, Any]]] | None = None) -> Lowered:
+    """Capture (with fallback) and lower one variant; failures become ``Lowered.error``. ``cpus``:
+    the CPUs the artifact will run on (None: this machine's), for settings chosen by CPU."""
     backend = BACKENDS[variant.backend]
     result = Lowered(variant, backend, backend.parse_options(variant.options))
     captured, result.capture_failures = capturer.first(capture_order(profile, variant),
@@ -87,7 +88,7 @@ def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_di
     result.capture_seconds = captured.seconds
     result.notes.extend(captured.notes)
     dest = out_dir / variant.name / f"model{backend.suffix}"
-    request = LowerRequest(captured, variant, result.options, dest, calibration, cache)
+    request = LowerRequest(captured, variant, result.options, dest, calibration, cache, cpus)
     start = time.perf_counter()
     try:
         result.artifact = backend.lower(request)

@@ -18,6 +18,8 @@ from edgeship.cache import Cache, default_cache
 from edgeship.calibration import Dataset, load_dataset, random_dataset
 from edgeship.calibration.provider import calibration_data, calibration_variants
 from edgeship.devices import Job
+from edgeship.devices.cpu import cpu_facts
+from edgeship.devices.targets import target_cpus
 from edgeship.errors import CaptureError, GateFailure
 from edgeship.fsutil import no_space_is_output_error, tree_size
 from edgeship.lowering.capture import Capturer
@@ -49,6 +51,7 @@ from edgeship.pipeline.validate import (
 )
 from edgeship.profile.models import Gates, Variant
 from edgeship.progress import Progress
+from edgeship.quantize.cpu_choice import depends_on_cpu
 from edgeship.quantize.selection import select_variant
 from edgeship.quantize.settings import scheme_of
 from edgeship.results import ModelInfo, Results, VariantResult, now_utc, toolchain_versions
@@ -69,7 +72,7 @@ def build(request: BuildRequest) -> Results:
 
 def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
     record_pending(plan, folder, progress)
-    keys = StageKeys(plan)
+    keys = StageKeys(plan, target_cpu_stage(plan, progress))
     build_key = keys.build()
     unchanged = None if plan.request.remeasure else unchanged_build(plan, folder, build_key)
     if unchanged is not None:
@@ -143,6 +146,19 @@ def expected_files(plan: Plan) -> list[str]:
     return names + [f"{v.name}/model{SPECS[v.backend].suffix}" for v in plan.profile.variants]
 
 
+def target_cpu_stage(plan: Plan, progress: Progress) -> list[tuple[str, dict[str, Any]]] | None:
+    """The CPUs the ONNX artifacts will run on (this machine's; each remote device's probe, cached per
+    device), when a variant's quantization is chosen by CPU; None when none is, or when no device
+    runs ONNX (lowering then takes this machine's)."""
+    if not any(depends_on_cpu(v) for v in plan.profile.variants):
+        return None
+    with progress.step("target CPUs") as status:
+        cpus = target_cpus(plan.devices, SPECS["onnx"].runtime, default_cache()) or None
+        status["result"] = "; ".join(f"{name}: {facts.get('model') or facts.get('error') or 'model unknown'}"
+                                     for name, facts in cpus or [("this machine", cpu_facts())])
+    return cpus
+
+
 def stage_cache(progress: Progress) -> Cache:
     """The stage cache, checked to be edgeship's; temporary folders of killed builds swept away."""
     cache = default_cache()
@@ -199,7 +215,7 @@ def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dat
                 status["result"] = f"{_size(item.artifact.path)}, from the stage cache"
             else:
                 item = lower_variant(plan.profile, variant, capturer, staged, calibration=provide,
-                                     debug=plan.request.debug, cache=cache)
+                                     debug=plan.request.debug, cache=cache, cpus=keys.cpus)
                 if item.error:
                     status.update(warn="1", result=item.error)
                 else:

@@ -5,7 +5,8 @@ Three levels, all in :mod:`edgeship.cache` (``artifacts/.cache``, entries writte
 - **artifact** (per variant): the variant's folder and what lowering learned (``lowered.json``,
   with the artifact's sha256; the entry lists every file's sha256), keyed by the model
   (spec, weights sha256, the entry module's source), the variant's settings, the capture order,
-  the calibration data and settings it used, the toolchain versions and edgeship's own source;
+  the calibration data and settings it used, a setting chosen by target CPU (ONNX's reduce_range,
+  with the reason naming the CPUs), the toolchain versions and edgeship's own source;
 - **reference**: the evaluation inputs, the float model's outputs on them and the model's facts
   (parameters, FLOPs), keyed by the model, the evaluation data and settings;
 - **build**: the key of everything a build reads. An unchanged re-build finds its key in the
@@ -37,6 +38,7 @@ from edgeship.entry import entry_source
 from edgeship.fsutil import atomic_write_text, no_space_is_output_error, remove_path
 from edgeship.pipeline.plan import Plan
 from edgeship.profile.models import Variant
+from edgeship.quantize.cpu_choice import onnx_reduce_range
 from edgeship.quantize.settings import needs_calibration
 from edgeship.results import toolchain_versions
 
@@ -87,10 +89,14 @@ def model_key(spec: Any) -> dict[str, Any]:
 
 
 class StageKeys:
-    """Every cache key of one build, computed once from the plan (no torch needed)."""
+    """Every cache key of one build, computed once from the plan (no torch needed). ``cpus``: the
+    CPUs the artifacts will run on, when a variant's quantization is chosen by CPU (None: none is, or
+    this machine's): an artifact's key holds the setting chosen and why, so one made for a CPU with
+    VNNI is not reused for one without."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, cpus: list[tuple[str, dict[str, Any]]] | None = None) -> None:
         self.plan = plan
+        self.cpus = cpus
         self.common = {"edgeship": edgeship_source(), "toolchain": toolchain_versions()}
         self.model = model_key(plan.spec)
         self.evaluation = data_fingerprint(plan.evaluation_source, plan.spec.base_dir)
@@ -103,18 +109,23 @@ class StageKeys:
     def artifact(self, variant: Variant) -> dict[str, Any]:
         profile = self.plan.profile
         calibrated = needs_calibration(variant.precision, variant.quantization)
-        return {**self.common, "model": self.model, "variant": variant.model_dump(mode="json", exclude={"gates"}),
-                "capture": profile.capture.model_dump(mode="json"),
-                "calibration": {"data": self.calibration,
-                                "settings": profile.calibration.model_dump(mode="json")} if calibrated else None}
+        key = {**self.common, "model": self.model, "variant": variant.model_dump(mode="json", exclude={"gates"}),
+               "capture": profile.capture.model_dump(mode="json"),
+               "calibration": {"data": self.calibration,
+                               "settings": profile.calibration.model_dump(mode="json")} if calibrated else None}
+        chosen = onnx_reduce_range(variant, self.cpus)
+        if chosen is not None:
+            key["reduce_range"] = {"value": chosen[0], "why": chosen[1]}
+        return key
 
     def build(self) -> str:
         """The whole build: everything above plus the profile, devices and request."""
         plan = self.plan
         request = {k: str(v) for k, v in vars(plan.request).items() if k not in ("quiet", "debug", "out")}
         devices = [(d.name, type(d).__name__, getattr(d, "address", None)) for d in plan.devices]
+        cpus = {"cpus": self.cpus} if self.cpus is not None else {}
         return cache_key({**self.reference(), "calibration": self.calibration, "devices": devices,
-                          "profile": plan.profile.model_dump(mode="json"), "request": request})
+                          "profile": plan.profile.model_dump(mode="json"), "request": request, **cpus})
 
 
 def restore_artifact(cache: Cache, key: dict[str, Any], folder: Path) -> dict[str, Any] | None:

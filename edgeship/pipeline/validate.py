@@ -29,7 +29,7 @@ from edgeship.errors import DataError, ModelSpecError, first_line
 from edgeship.model import call_model
 from edgeship.outputs import OutputSignature, flatten, signature_of
 from edgeship.profile import Gates, LatencySettings
-from edgeship.results import Accuracy, GateResult, Latency, OutputAccuracy, TaskAccuracy, now_utc
+from edgeship.results import Accuracy, CpuFacts, GateResult, Latency, OutputAccuracy, TaskAccuracy, now_utc
 from edgeship.shapes import is_dynamic
 from edgeship.tasks.evaluate import GATE_METRICS, TASK_GATES, Output, TaskJudge, task_anchors
 
@@ -193,24 +193,33 @@ def _sized_reference(cached: Path, workdir: Path, source: str, main: Reference) 
 
 def check_labels(ref: Reference) -> None:
     """DataError naming the data source when the labels do not fit the task: class indices in
-    ``[0, values per sample)`` of the primary output (classification), masks [N, H, W] of the
-    primary output's size (segmentation); other tasks read no labels."""
+    ``[0, values per sample)`` of the primary output (classification), integer masks [N, H, W] of
+    the primary output's size (segmentation), boxes [N, M, 5] of (x1, y1, x2, y2, class) as
+    :func:`edgeship.tasks.evaluate.labelled_boxes` reads them (detection); other tasks read no labels."""
     labels, source, task = ref.data.labels, ref.data.source, ref.judge.task
     if labels is None or not len(ref.data):
         return
-    if task not in ("classification", "segmentation"):
-        raise DataError(f"{source}: has labels (y), but task {task} reads none (labelled boxes are not read yet); "
-                        "remove y, or set the model spec's task")
+    if task not in ("classification", "segmentation", "detection"):
+        raise DataError(f"{source}: has labels (y), but task {task} reads none; remove y, or set the model spec's task")
+    if task == "detection":
+        try:
+            ref.judge.ground_truth(labels, ref.outputs)
+        except ValueError as e:
+            raise DataError(f"{source}: {e}") from None
+        return
     outputs = ref.primary
     if task == "segmentation":
         if labels.ndim != 3 or isinstance(outputs, list) or labels.shape != (outputs.shape[0], *outputs.shape[2:]):
             want = "[N, H, W]" if isinstance(outputs, list) else f"{[outputs.shape[0], *outputs.shape[2:]]}"
             raise DataError(f"{source}: segmentation labels (y) must be class masks {want} like the output "
                             f"{ref.names[ref.primary_index]}'s argmax; got shape {list(labels.shape)}")
+        if np.issubdtype(labels.dtype, np.inexact) and not np.array_equal(labels, np.round(labels)):
+            raise DataError(f"{source}: segmentation labels (y) hold fractional values; masks are integer class "
+                            "indices")
         return
     if labels.ndim != 1:
         raise DataError(f"{source}: labels (y) have shape {list(labels.shape)}; classification labels are class "
-                        "indices [N] (masks [N, H, W] are for task segmentation)")
+                        "indices [N] (masks [N, H, W] are for task segmentation, boxes [N, M, 5] for detection)")
     classes = int(np.prod(outputs.shape[1:]))
     bad = metrics.out_of_range_labels(labels, classes)
     if bad.size:
@@ -245,6 +254,7 @@ def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
     row.threads = doc.get("threads", job.threads)
     row.load_ms = doc.get("load_ms")
     row.peak_rss_mb = doc.get("peak_rss_mb")
+    row.cpu = CpuFacts.from_document(doc.get("cpu"))
     row.notes.extend(doc.get("notes", []) + result.notes)
     if not doc.get("summary_ms") and not doc["timings_ms"]:  # an outputs-only job (a size other than opt)
         row.notes.append(f"outputs only at the {job.size or 'given'} size: latency is timed at the opt size "

@@ -30,6 +30,9 @@ from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fall
 from edgeship.quantize.settings import QuantizationSettings
 
 ENGINES = ("qnnpack", "x86", "fbgemm")
+# 7-bit activations for x86 and fbgemm on every x86 CPU, VNNI or not (unlike ONNX's reduce_range,
+# quantize/cpu_choice.py): FBGEMM's int8 depthwise convolutions are AVX2 code (vpmaddubsw pairs into
+# int16) even where VNNI is present.
 REDUCE_RANGE = {"qnnpack": False, "x86": True, "fbgemm": True}
 LAYER_TYPES = ("Conv", "Linear")  # quantized module types reported per layer (fused ones included)
 

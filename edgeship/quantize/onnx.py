@@ -49,8 +49,10 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
     keeps biases float (TensorRT dequantizes only int8 with zero points of zero, not int32 biases).
     ``reduce_range`` quantizes weights to 7 bits; unset, it is on for U8S8, whose fused x86 kernels
     without VNNI add u8 x s8 products in pairs into int16 and saturate with full 8-bit weights (the
-    demo reads 15 dB instead of 30 without it), and off for S8S8. Returns the facts
-    (details and a note); the sensitivity report, when measured, is written beside ``dest``.
+    demo reads 15 dB instead of 30 without it), and off for S8S8. The onnx backend sets it from the
+    target CPUs instead (``quantize/cpu_choice.py``: 8 bits where they all have VNNI or are ARM).
+    Returns the facts (details and a note); the sensitivity report, when measured, is written
+    beside ``dest``.
     """
     import onnxruntime
 

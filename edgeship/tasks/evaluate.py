@@ -4,7 +4,9 @@
 order: arrays [N, ...], or per-sample lists for outputs whose length varies) into the task's
 :class:`TaskMetrics`. Detections decoded on the host (``postprocess = "host"``) go through the same
 reference decoder the device runner and the bundle's app code use
-(``edgeship/devices/postprocess.py``), for the float model and the artifact alike.
+(``edgeship/devices/postprocess.py``), for the float model and the artifact alike. A detection
+data set's labelled boxes (``y`` [N, M, 5], :func:`labelled_boxes`) are the ground truth of the
+``*_vs_labels`` metrics, as segmentation masks are of segmentation's.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import numpy as np
 from edgeship.entry import import_entry, importable
 from edgeship.errors import ModelSpecError, first_line
 from edgeship.spec import DetectionSpec, ModelSpec
-from edgeship.tasks.common import TaskMetrics
+from edgeship.tasks.common import TaskMetrics, checked
 from edgeship.tasks.detection import Detections, detection_metrics, detections
 from edgeship.tasks.embedding import embedding_metrics
 from edgeship.tasks.segmentation import segmentation_metrics
@@ -80,8 +82,10 @@ class TaskJudge:
         them); None for classification and generic, whose figures are the accuracy block's own."""
         if self.task == "detection":
             settings = self.spec.task_settings()
+            boxed = labels is not None and labels.ndim == 3 and labels.shape[-1] == 5
             return detection_metrics(self.detections(reference, "the float model"),
                                      self.detections(candidate, "the artifact"),
+                                     self.ground_truth(labels, reference) if boxed else None,
                                      iou_threshold=settings.iou_threshold, score_threshold=settings.score_threshold)
         if self.task == "segmentation":
             i = self.primary()
@@ -93,6 +97,20 @@ class TaskJudge:
             ref, out = _stacked(reference[i]), _stacked(candidate[i])
             return embedding_metrics(ref.reshape(len(ref), -1), out.reshape(len(out), -1))
         return None
+
+    def ground_truth(self, labels: np.ndarray, reference: list[Output]) -> list[Detections]:
+        """The labelled boxes of a detection data set, one :class:`Detections` per sample, in the
+        coordinates of the model's detections: the spec's ``box_format`` when the model
+        post-processes, xyxy input pixels when the host decodes (as ``decode_batch`` returns them).
+        ``reference`` (the float outputs) gives the sample count and, for host decoding, the class
+        count (the scores output's last dimension). ValueError naming the sample otherwise."""
+        settings: DetectionSpec = self.spec.task_settings()
+        classes = None
+        if settings.postprocess == "host":
+            scores = reference[self.index(settings.decode.scores, "[detection.decode] scores")]
+            classes = None if isinstance(scores, list) else int(scores.shape[-1])
+        box_format = "xyxy" if settings.postprocess == "host" else settings.box_format
+        return labelled_boxes(labels, len(reference[0]), box_format, classes)
 
     def detections(self, outputs: list[Output], who: str) -> list[Detections]:
         """Per-sample detections from ``outputs``: read from the boxes/scores/labels outputs, or
@@ -130,6 +148,38 @@ class TaskJudge:
         """(height, width) of an image input [N, C, H, W], which decoded boxes are clipped to."""
         shape = self.spec.inputs[0].shape
         return (shape[-2], shape[-1]) if len(shape) == 4 else None
+
+
+def labelled_boxes(labels: object, samples: int, box_format: str = "xyxy",
+                   classes: int | None = None) -> list[Detections]:
+    """Detection labels [N, M, 5] as ground truth, one :class:`Detections` per sample (scores all
+    1.0): each row is (x1, y1, x2, y2, class) in ``box_format``, rows with a negative class pad
+    (samples hold different numbers of boxes, or none). ValueError for another shape, N other than
+    ``samples``, NaN or inf, a fractional class, a class not below ``classes`` (when known), or a
+    box with x2 < x1 or y2 < y1 after conversion to xyxy, naming the sample."""
+    where = "detection labels (y)"
+    y = checked(where, labels)
+    if y.ndim != 3 or y.shape[-1] != 5 or len(y) != samples:
+        raise ValueError(f"{where} have shape {list(y.shape)}; expected boxes [{samples}, M, 5] for the {samples} "
+                         f"samples: per sample M rows of (x1, y1, x2, y2, class) in box format {box_format}, rows "
+                         "with a negative class pad")
+    truth = []
+    for k, rows in enumerate(y.astype(np.float64)):
+        fractional = rows[:, 4] != np.round(rows[:, 4])
+        if fractional.any():
+            raise ValueError(f"{where}: sample {k} has fractional class {rows[fractional, 4][0]:g} "
+                             f"({int(fractional.sum())} row(s)); classes are integer indices (negative: padding)")
+        rows = rows[rows[:, 4] >= 0]
+        if classes is not None and rows.size and rows[:, 4].max() >= classes:
+            raise ValueError(f"{where}: sample {k} has class {int(rows[:, 4].max())}; the model's scores output has "
+                             f"{classes} classes, so classes are in [0, {classes})")
+        found = detections(rows[:, :4], rows[:, 4], box_format=box_format, name=f"{where} of sample {k}")
+        inverted = (found.boxes[:, 2] < found.boxes[:, 0]) | (found.boxes[:, 3] < found.boxes[:, 1])
+        if inverted.any():
+            raise ValueError(f"{where}: sample {k} has {int(inverted.sum())} box(es) with x2 < x1 or y2 < y1 (as "
+                             f"xyxy from box format {box_format}), the first {rows[inverted][0, :4].tolist()}")
+        truth.append(found)
+    return truth
 
 
 def _stacked(value: Output) -> np.ndarray:

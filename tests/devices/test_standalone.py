@@ -11,10 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgeship.devices import Job
+from edgeship.devices import Job, LocalDevice
 from edgeship.devices.base import PROBE_FILES, RUNNER_FILES, JobResult, MeasurementError
+from edgeship.devices.cpu import cpu_facts
 from edgeship.devices.hashing import sha256_file
 from edgeship.devices.runner import RUNNERS, Runner, open_runner
+from edgeship.pipeline.validate import measure
+from edgeship.profile import LatencySettings
+from edgeship.results import CpuFacts
 
 DEVICE_RUNTIMES = {"pytorch-mobile", "executorch", "onnxruntime", "coreml", "tensorrt"}
 # Run before the code under test: the device has numpy and the runtimes, but no edgeship.
@@ -83,7 +87,7 @@ def script(name: str, *args: str) -> str:
 
 
 def test_device_files_import_without_edgeship(device_folder) -> None:
-    code = ("import json; sys.path.insert(0, '.'); import runner, hashing, tensorrt_engine, probe; "
+    code = ("import json; sys.path.insert(0, '.'); import runner, hashing, tensorrt_engine, probe, cpu; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'edgeship')))")
     proc = on_device(device_folder, code)
     assert proc.returncode == 0, proc.stderr
@@ -93,8 +97,10 @@ def test_device_files_import_without_edgeship(device_folder) -> None:
 def test_device_probe_lists_every_device_runtime_and_not_eager(device_folder) -> None:
     proc = on_device(device_folder, script("probe.py", "."))
     assert proc.returncode == 0, proc.stderr
-    runtimes = json.loads(proc.stdout)["runtimes"]
+    report = json.loads(proc.stdout)
+    runtimes = report["runtimes"]
     assert set(runtimes) == DEVICE_RUNTIMES and runtimes["onnxruntime"][0].isdigit()
+    assert report["facts"]["cpu"] == cpu_facts()
 
 
 def test_device_runner_runs_an_onnx_job_without_edgeship(device_folder, doubling_onnx) -> None:
@@ -105,8 +111,19 @@ def test_device_runner_runs_an_onnx_job_without_edgeship(device_folder, doubling
     assert proc.returncode == 0 and doc["runtime_version"].startswith("onnxruntime ")
     assert len(doc["timings_ms"]) == 3 and doc["samples"] == 5 and doc["threads"] == 1 and doc["notes"] == []
     assert set(doc) == {"ok", "runtime", "runtime_version", "threads", "load_ms", "timings_ms", "peak_rss_mb",
-                        "samples", "outputs", "notes", "host"}
+                        "samples", "outputs", "notes", "host", "cpu"}
+    assert doc["cpu"] == cpu_facts()
     np.testing.assert_allclose(result.outputs[0], 2 * x + 1)
+
+
+def test_measure_puts_the_cpu_the_runner_ran_on_into_the_latency_row(doubling_onnx, tmp_path) -> None:
+    np.savez(tmp_path / "inputs.npz", image=np.ones((2, 4), dtype=np.float32))
+    job = Job(runtime="onnxruntime", artifact=doubling_onnx, sha256=sha256_file(doubling_onnx),
+              inputs=tmp_path / "inputs.npz", input_names=["image"], batch=1, warmup=0, iterations=2, threads=1,
+              timeout_s=60)
+    row = measure(LocalDevice(), job, LatencySettings(), tmp_path / "w").latency
+    assert row.p50_ms is not None and row.cpu == CpuFacts(**cpu_facts())
+    assert json.loads(row.model_dump_json())["cpu"]["flags"] == cpu_facts()["flags"]
 
 
 def test_device_runner_refuses_an_artifact_whose_sha256_differs(device_folder, doubling_onnx) -> None:

@@ -210,3 +210,86 @@ def test_a_runner_failure_is_recorded_as_the_artifacts_own_error(tmp_path) -> No
     m = measure(device, job(), LatencySettings(), tmp_path, sleep=lambda s: None)
     assert m.latency.run_error == "RuntimeError: Following ops cannot be found: [torchvision::nms]"
     assert not check_device_gates(Gates(), None, [m.latency]).passed
+
+
+def detection_reference(labels) -> Reference:
+    """A two-sample reference of a detection model that post-processes itself (per-sample outputs)."""
+    spec = ModelSpec(name="m", entry="m:build", inputs=[{"name": "x", "shape": [1, 2]}], task="detection")
+    outputs = [[np.array([[0, 0, 10, 10]], np.float32)] * 2, [np.array([0.9], np.float32)] * 2, [np.array([0])] * 2]
+    names = ["boxes", "scores", "labels"]
+    return Reference(Dataset({"x": np.zeros((2, 2), np.float32)}, np.asarray(labels), "eval.npz"), outputs, names,
+                     Path("eval_inputs.npz"), TaskJudge(spec, names))
+
+
+PAD = [-1.0] * 5
+
+
+@pytest.mark.parametrize(("labels", "message"), [
+    ([[[0, 0, 10, 10, 0]], [[0, np.nan, 10, 10, 0]]], r"detection labels \(y\) contains 1 non-finite value"),
+    ([[[0, 0, 10, 10, 0]], [[0, 0, 10, 10, 1.5]]], r"detection labels \(y\): sample 1 has fractional class 1.5"),
+    ([[PAD], [[10, 0, 0, 10, 0]]], r"detection labels \(y\): sample 1 has 1 box\(es\) with x2 < x1 or y2 < y1"),
+    ([[[0, 0, 10, 10, 0]]] * 3, r"detection labels \(y\) have shape \[3, 1, 5\]; expected boxes \[2, M, 5\] for the "
+                                r"2 samples: per sample M rows of \(x1, y1, x2, y2, class\) in box format xyxy"),
+    ([0, 1], r"detection labels \(y\) have shape \[2\]; expected boxes \[2, M, 5\]"),
+])
+def test_check_labels_refuses_detection_labels_that_are_not_boxes(labels, message: str) -> None:
+    with pytest.raises(DataError, match=rf"^eval\.npz: {message}"):
+        check_labels(detection_reference(labels))
+
+
+def test_check_labels_takes_padded_detection_labels() -> None:
+    check_labels(detection_reference([[[0, 0, 10, 10, 0], PAD], [PAD, PAD]]))
+    check_labels(detection_reference(np.zeros((2, 0, 5))))
+
+
+def test_check_labels_refuses_fractional_segmentation_masks() -> None:
+    spec = ModelSpec(name="m", entry="m:build", inputs=[{"name": "x", "shape": [1, 2]}], task="segmentation")
+    masks = np.zeros((2, 4, 5))
+
+    def ref(labels: np.ndarray) -> Reference:
+        return Reference(Dataset({"x": np.zeros((2, 2), np.float32)}, labels, "eval.npz"),
+                         [np.zeros((2, 3, 4, 5), np.float32)], ["output"], Path("e.npz"), TaskJudge(spec, ["output"]))
+
+    check_labels(ref(masks + 2.0))  # whole numbers in a float array (boxes-shaped [N, H, 5]) are classes
+    masks[1, 2, 3] = 0.5
+    with pytest.raises(DataError, match=r"^eval\.npz: segmentation labels \(y\) hold fractional values"):
+        check_labels(ref(masks))
+
+
+def test_reference_stage_keeps_float_box_labels_and_every_row_is_judged_against_them(tmp_path) -> None:
+    """Through the cached reference stage: float labels round-trip reference.npz, pass check_labels,
+    and give *_vs_labels: the float model finds 3 of the 4 labelled boxes."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from edgeship.cache import Cache
+    from edgeship.pipeline.validate import reference_stage
+
+    class InputBoxes(torch.nn.Module):
+        """Finds the boxes its input holds: x [1, 10] is two (x1, y1, x2, y2, class) rows; class < 0: none."""
+
+        def forward(self, x):
+            rows = x.reshape(2, 5)[x.reshape(2, 5)[:, 4] >= 0]
+            return {"boxes": rows[:, :4], "scores": torch.ones(len(rows)), "labels": rows[:, 4].long()}
+
+    spec = ModelSpec(name="m", entry="m:build", inputs=[{"name": "x", "shape": [1, 10]}], task="detection")
+    inputs = np.array([[0, 0, 10, 10, 0, 20, 20, 30.5, 30, 1], [5, 5, 15, 15, 0] + PAD], np.float32)
+    labels = np.array([[[0, 0, 10, 10, 0], [20, 20, 30.5, 30, 1], [40, 40, 50, 50, 1]],
+                       [[5, 5, 15, 15, 0], PAD, PAD]])
+    model = SimpleNamespace(spec=spec, module=InputBoxes(), params=0, flops=0, state_sha256=None, counts={},
+                            expect_state=lambda sha: None)
+    ref = reference_stage(model, lambda plan: Dataset({"x": inputs}, labels, "boxsrc:evaluation"), None, {"k": 1},
+                          Cache(tmp_path / "c"), tmp_path / "w")
+    assert isinstance(ref.outputs[0], list) and ref.data.labels.dtype == np.float64
+    assert ref.data.labels.tolist() == labels.tolist()
+    values = accuracy_of(ref, ref.outputs)[0].task.values  # the eager row: the float outputs themselves
+    assert values["recall_vs_labels"] == 0.75 and values["precision_vs_labels"] == 1.0
+    assert values["mean_iou_vs_labels"] == 1.0 and values["recall_vs_float"] == 1.0
+
+    def unread(plan) -> Dataset:
+        raise AssertionError("a cache hit reads the labels back from reference.npz, not from the data source")
+
+    again = reference_stage(model, unread, None, {"k": 1}, Cache(tmp_path / "c"), tmp_path / "w")
+    assert again.data.labels.tolist() == labels.tolist() and again.sha256 == ref.sha256
+    assert accuracy_of(again, again.outputs)[0].task.values == values

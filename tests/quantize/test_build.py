@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from edgeship import api
+from edgeship.devices.cpu import cpu_facts
 from edgeship.errors import GateFailure
 from edgeship.quantize import onnx as qonnx
+from edgeship.quantize.cpu_choice import choose_reduce_range
 from tests.conftest import write_profile
 
 VARIANTS = """
@@ -56,6 +58,11 @@ def test_build_selects_one_candidate_and_calibrates_once(tmp_path, tiny_project,
     assert details["per_channel"] is False and details["samples"] == 12
     assert details["calibration"]["data"].startswith(str(tiny_project / "calib.npz"))  # the spec's own data
     assert "minmax calibration on 12 samples" in int8["lowering"]["notes"][0]
+    # reduce_range chosen for the build's one device, this machine; every row names the CPU it ran on
+    assert (details["reduce_range"], details["reduce_range_reason"]) == choose_reduce_range(None, "uint8", [
+        ("host", cpu_facts())])
+    assert details["reduce_range_reason"] in int8["lowering"]["notes"]
+    assert all(lat["cpu"] == cpu_facts() for r in rows.values() for lat in r["latency"])
     assert rows["onnx-fp32"]["quantization"] == "none" and len(calls) == 1  # both candidates share the ranges
     _build(tmp_path, tiny_project, 100.0, "second")
     again = json.loads((tmp_path / "second" / "results.json").read_text())

@@ -1,0 +1,121 @@
+"""Quantization settings picked from the CPUs an artifact will run on: ONNX Runtime's ``reduce_range``.
+
+Why it depends on the CPU (ONNX Runtime's documentation, docs/performance/model-optimizations/
+quantization.md, "Data type selection" and the FAQ "When to use reduce-range"): on x86-64 with AVX2
+or AVX-512, ONNX Runtime runs U8S8 (uint8 activations, int8 weights) with VPMADDUBSW, which adds
+each pair of u8 x s8 products into a saturating int16, so full 8-bit weights can clip; reduce_range
+(7-bit weights) "is designed for the U8S8 format on AVX2 and AVX512 (non-VNNI) machines to mitigate
+saturation issues. This is not needed on machines supporting VNNI", and "there is no such issue on
+other CPU architectures (x64 with VNNI and ARM)". VNNI (avx512_vnni, or avx_vnni) fuses the products
+into int32 (MLAS's VNNI kernels use VPDPBUSD). 8-bit weights are better by up to about 6 dB of SQNR
+(one bit; 2.4 dB on the demo model, below), so they are used wherever every target CPU takes them,
+and 7 bits wherever one might not.
+
+S8S8 (int8-symmetric activations) follows the same rule, although the documentation ties
+reduce_range to U8S8 only: in ONNX Runtime's source, on x86 at graph optimization "extended" or "all"
+(the default), the CPU provider's QDQS8ToU8Transformer turns int8 activation Q/DQ pairs into uint8
+while Conv/MatMul/Gemm weights stay int8 (QDQIsInt8Allowed() is true only on ARM), so an S8S8 model
+runs on the same U8S8 kernels. Measured on this project's AVX2 machine without VNNI (the demo model,
+ONNX Runtime 1.32): S8S8 with 8-bit weights reads 26.8 dB unfused and 20.6 dB at "all", with 7-bit
+weights 25.4 dB at both; U8S8 reads 30.0 / 14.6 dB with 8-bit weights and 27.6 / 27.6 dB with 7-bit.
+(The tensorrt backend's S8S8 QDQ does not come through here: TensorRT and its host proxy at "basic"
+run it unfused.)
+
+An explicit ``reduce_range`` in the profile always wins; every choice comes with a note saying what
+was chosen and why, which goes into the artifact's notes and ``lowering.details.quantization``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from edgeship.devices.cpu import cpu_facts, int8_kernel_facts
+from edgeship.lowering.registry import SPECS
+from edgeship.profile.models import Variant
+from edgeship.quantize.settings import needs_calibration
+
+TargetCpu = tuple[str, dict[str, Any] | None]  # (device name, its cpu_facts(); None or "error" when unknown)
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+S8S8_AS_U8S8 = "; ONNX Runtime runs S8S8 on its U8S8 kernels on x86 at graph optimization extended or all"
+
+
+def choose_reduce_range(explicit: bool | None, activations: str, cpus: list[TargetCpu]) -> tuple[bool, str]:
+    """ONNX Runtime's ``reduce_range`` for an artifact run on ``cpus``, and the note saying why:
+    the profile's value when set; else True when any target CPU is x86 without VNNI or not known,
+    False when every one has VNNI or is ARM. ``activations`` ("uint8" or "int8-symmetric") only
+    words the note: x86 runs both on the U8S8 kernels."""
+    if explicit is not None:
+        return explicit, _explicit_note(explicit, cpus)
+    lead = "7-bit weights (reduce_range" + (S8S8_AS_U8S8 if activations != "uint8" else "") + "): "
+    if not cpus:
+        return True, lead + "no target CPU is known, so 7 bits to be safe"
+    verdicts = [(name, *cpu_verdict(facts)) for name, facts in cpus]
+    risky = [_risk(name, saturates, why) for name, saturates, why in verdicts if saturates is not False]
+    if risky:
+        return True, lead + "; ".join(risky)
+    isas = tuple(sorted({int8_kernel_facts(facts)["isa"] for _, facts in cpus}))
+    lead = {("x86",): "every target CPU has VNNI", ("arm",): "every target CPU is ARM"}.get(
+        isas, "every target CPU has VNNI or is ARM")
+    return False, (f"8-bit weights: {lead}, where U8S8 does not saturate ("
+                   + "; ".join(f"{name}: {why}" for name, _, why in verdicts) + ")")
+
+
+def cpu_verdict(facts: dict[str, Any] | None) -> tuple[bool | None, str]:
+    """Whether U8S8 with 8-bit weights can saturate on this CPU: True (x86 without VNNI), False (x86
+    with VNNI, or ARM), None (not known: no facts, unknown flags, another architecture); and why."""
+    if not facts or facts.get("error"):
+        return None, (facts or {}).get("error") or "not probed"
+    model, kernels = facts.get("model") or "model unknown", int8_kernel_facts(facts)
+    if kernels["isa"] == "arm":
+        return False, f"{model}, ARM"
+    if kernels["isa"] != "x86":
+        return None, f"{model}: no rule for architecture {facts.get('arch') or 'unknown'}"
+    if not kernels["flags_known"]:
+        return None, f"{model}: its instruction-set flags could not be read"
+    flags = facts.get("flags") or []
+    if kernels["vnni"]:
+        return False, f"{model} with VNNI ({', '.join(f for f in VNNI_FLAGS if f in flags)})"
+    widest = "AVX-512" if "avx512bw" in flags else "AVX2" if "avx2" in flags else "SSE"
+    return True, f"{model}: {widest} without VNNI"
+
+
+def onnx_reduce_range(variant: Variant, cpus: list[TargetCpu] | None) -> tuple[bool, str] | None:
+    """The choice an onnx variant's lowering makes on ``cpus`` (None: this machine), or None when the
+    variant's artifact does not depend on the CPU (not static int8 ONNX with reduce_range unset).
+    The stage cache keys the artifact on it."""
+    if not depends_on_cpu(variant):
+        return None
+    options = SPECS["onnx"].parse_options(variant.options)
+    return choose_reduce_range(options.reduce_range, options.activations, this_machine() if cpus is None else cpus)
+
+
+def depends_on_cpu(variant: Variant) -> bool:
+    """Whether lowering ``variant`` chooses a setting by CPU: static int8 ONNX with reduce_range
+    left unset."""
+    if variant.backend != "onnx" or not needs_calibration(variant.precision, variant.quantization):
+        return False
+    return SPECS["onnx"].parse_options(variant.options).reduce_range is None
+
+
+def this_machine() -> list[TargetCpu]:
+    """The target when none is named: the CPU lowering runs on."""
+    return [("host", cpu_facts())]
+
+
+def cpu_details(cpus: list[TargetCpu]) -> list[dict[str, Any]]:
+    """The target CPUs as ``lowering.details.quantization.cpus`` lists them."""
+    return [{"device": name, **{k: (facts or {}).get(k) for k in ("model", "arch", "flags", "source", "error")
+                                if (facts or {}).get(k) is not None}} for name, facts in cpus]
+
+
+def _risk(name: str, saturates: bool | None, why: str) -> str:
+    if saturates:
+        return f"{name}'s CPU has no VNNI ({why}: U8S8 pairs can saturate int16)"
+    return f"CPU of device {name} unknown ({why}), so 7 bits to be safe"
+
+
+def _explicit_note(explicit: bool, cpus: list[TargetCpu]) -> str:
+    note = f"reduce_range = {str(explicit).lower()} set in the profile ({7 if explicit else 8}-bit weights)"
+    exposed = [name for name, facts in cpus if cpu_verdict(facts)[0]]
+    if not explicit and exposed:
+        note += f"; no VNNI on {', '.join(exposed)}: U8S8 pairs can saturate int16 there"
+    return note
