@@ -17,7 +17,7 @@ from typing import Any
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
 from edgeship.lowering.base import LowerRequest
-from edgeship.lowering.capture import Captured, fx_tracing
+from edgeship.lowering.capture import Captured, flat_outputs, fx_tracing
 from edgeship.lowering.registry import MOBILE_QUANTIZATION
 from edgeship.quantize.observers import (
     CALIBRATION_BATCH,
@@ -157,6 +157,7 @@ def capture_like(captured: Captured, module: Any) -> Any:
 
     if captured.method == "script" and not isinstance(module, torch.fx.GraphModule):
         return torch.jit.script(module)
+    flat = flat_outputs(module, captured.example_inputs, [])  # dict outputs as a tuple, as the float trace
     with warnings.catch_warnings():  # quantized ops read their scales as Python floats: constants by design
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        return torch.jit.trace(module, captured.example_inputs, check_trace=False)
+        return torch.jit.trace(flat, captured.example_inputs, check_trace=False, strict=False)

@@ -58,3 +58,26 @@ def test_mobile_second_build_restores_calibration_from_the_cache(lower_int8, cal
     assert [a.details["quantization"]["calibration"]["cache"] for a in (first, second)] == ["miss", "hit"]
     x = [calib_data.inputs["image"][:1]]
     assert (run_first(x)[0] == run_second(x)[0]).all()
+
+
+def test_mobile_int8_of_a_dict_output_model_is_traced_as_the_float_one() -> None:
+    """The quantized module is traced again; a dict output must come out as the float trace's flat tuple."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from edgeship.quantize.mobile import capture_like
+
+    class TwoHeads(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return {"features": x.relu(), "logits": self.head(x)}
+
+    module = torch.ao.quantization.quantize_dynamic(TwoHeads().eval(), {torch.nn.Linear}, dtype=torch.qint8)
+    x = torch.rand(1, 8)
+    traced = capture_like(SimpleNamespace(method="trace", example_inputs=(x,)), module)
+    features, logits = traced(x)
+    assert torch.equal(features, x.relu()) and logits.shape == (1, 4)
