@@ -20,6 +20,8 @@ from edgeship.spec import DecodeSpec, DetectionSpec, ModelSpec
 KOTLIN = {"float32": ("FloatArray", "fromBlob"), "int64": ("LongArray", "fromBlob"),
           "int32": ("IntArray", "fromBlob"), "uint8": ("ByteArray", "fromBlobUnsigned")}
 SWIFT = {"float32": "Float", "int64": "Int64", "int32": "Int32", "uint8": "UInt8"}
+# dtype -> MLMultiArrayDataType: Core ML has no int64 arrays, its packages take int64 inputs as int32.
+COREML_ARRAY = {"float32": "float32", "int64": "int32", "int32": "int32", "uint8": "int32"}
 COMPUTE_UNITS = {"ALL": "all", "CPU_ONLY": "cpuOnly", "CPU_AND_GPU": "cpuAndGPU", "CPU_AND_NE": "cpuAndNeuralEngine"}
 
 
@@ -32,7 +34,8 @@ def snippet(platform: Platform, meta: dict[str, Any], spec: ModelSpec, sel: Sele
         sel.warnings.append(f"no {name}: the runtimes' {platform.name} tensor APIs take no {unsupported[0]} arrays")
         return name, None
     inputs = [{"name": i.name, "dtype": i.dtype, "shape": i.shape, "kotlin_array": KOTLIN[i.dtype][0],
-               "kotlin_from_blob": KOTLIN[i.dtype][1], "swift_type": SWIFT[i.dtype]} for i in spec.inputs]
+               "kotlin_from_blob": KOTLIN[i.dtype][1], "swift_type": SWIFT[i.dtype],
+               "coreml_array": COREML_ARRAY[i.dtype]} for i in spec.inputs]
     artifacts = [_artifact(platform, a, spec) for a in meta["artifacts"]]
     backends = {a["backend"]: True for a in artifacts}
     text = _env().get_template(str(platform.snippet)).render(model=meta["model"], inputs=inputs,
