@@ -112,6 +112,12 @@ class Latency(ResultModel):
     cv_above_max: bool | None = Field(
         None, description="True when cv exceeds the profile's latency.max_cv (an unsteady measurement); "
                           "None when not measured.")
+    other_cpu_load: float | None = Field(
+        None, description="CPUs' worth of work other processes did on the device while the iterations were "
+                          "timed (from /proc/stat on Linux devices; None where the runner cannot read it).")
+    contended: bool | None = Field(
+        None, description="True when other_cpu_load was 0.5 or more: the timings were shared with other work "
+                          "and say little about the artifact alone; None when not known.")
     attempts: int | None = Field(
         None, description="How many times the job was started (retries after a dropped connection).")
     accuracy: Accuracy | None = Field(

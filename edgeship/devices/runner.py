@@ -447,15 +447,42 @@ def check_sha256(artifact, expected):
 
 
 def time_inference(runner, batch, warmup, iterations):
-    """Milliseconds of each of ``iterations`` inferences on ``batch``, after ``warmup`` untimed ones."""
+    """Milliseconds of each of ``iterations`` inferences on ``batch``, after ``warmup`` untimed ones,
+    and how many CPUs other processes kept busy meanwhile (``other_cpu_load``; None where unknown)."""
     for _ in range(warmup):
         runner.infer(batch)
     timings = []
+    before = cpu_time_snapshot()
     for _ in range(iterations):
         t0 = time.perf_counter_ns()
         runner.infer(batch)
         timings.append((time.perf_counter_ns() - t0) / 1e6)
-    return timings
+    return timings, other_cpu_load(before, cpu_time_snapshot())
+
+
+def cpu_time_snapshot():
+    """(wall seconds, CPU seconds every process on this machine used, CPU seconds this process used),
+    from /proc/stat (Linux); None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        hz = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    # user nice system idle iowait irq softirq steal ...: busy is all but idle and iowait
+    busy = sum(fields[:8]) - fields[3] - fields[4]
+    own = os.times()
+    return time.perf_counter(), float(busy) / hz, own[0] + own[1]
+
+
+def other_cpu_load(before, after):
+    """CPUs' worth of work other processes did while the iterations were timed: 0 on a quiet machine,
+    1.0 when another process kept one core busy (the timings then show a shared machine)."""
+    if before is None or after is None or after[0] - before[0] < 0.05:
+        return None
+    wall = after[0] - before[0]
+    others = (after[1] - before[1]) - (after[2] - before[2])
+    return round(max(0.0, others / wall), 2)
 
 
 def run(job, base):
@@ -473,7 +500,8 @@ def run(job, base):
     runner, load_ms = start(cls, artifact, job.get("options", {}), job.get("threads"))
     try:
         iterations = int(job.get("iterations", 100))  # 0: outputs only (a dynamic model at its min or max size)
-        timings = time_inference(runner, data[0], int(job.get("warmup", 10)) if iterations else 0, iterations)
+        timings, other_load = time_inference(runner, data[0], int(job.get("warmup", 10)) if iterations else 0,
+                                             iterations)
         outputs = [runner.infer(b) for b in data]
         threads = job.get("threads") or runner.threads_in_use()
     finally:
@@ -482,7 +510,7 @@ def run(job, base):
     np.savez(resolve(job.get("outputs", "outputs.npz")), **encode_outputs(merged))
     return {
         "ok": True, "runtime": job["runtime"], "runtime_version": runner.version, "threads": threads,
-        "load_ms": load_ms, "timings_ms": timings, "peak_rss_mb": peak_rss_mb(),
+        "load_ms": load_ms, "timings_ms": timings, "other_cpu_load": other_load, "peak_rss_mb": peak_rss_mb(),
         "samples": n, "outputs": job.get("outputs", "outputs.npz"), "notes": runner.notes,
         "host": {"platform": platform.platform(), "machine": platform.machine(),
                  "python": platform.python_version(), "cpus": os.cpu_count()},

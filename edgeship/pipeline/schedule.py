@@ -165,6 +165,7 @@ def summary(lat: Latency) -> str:
     """One progress line's worth: p50 and cv, or mean only, or why it was not measured."""
     if lat.p50_ms is not None:
         flag = " (unsteady)" if lat.cv_above_max else ""
+        flag += f" (contended: {lat.other_cpu_load:.1f} CPUs busy with other work)" if lat.contended else ""
         return (f"p50 {lat.p50_ms:.3f} ms, cv {lat.cv:.3f}{flag}"
                 + (f", {lat.attempts} attempts" if (lat.attempts or 1) > 1 else ""))
     if lat.mean_ms is not None:

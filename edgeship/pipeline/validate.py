@@ -264,6 +264,7 @@ def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
     for key in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "cv"):
         setattr(row, key, stats.get(key))
     flag_unsteady(row, settings.max_cv)
+    flag_contended(row, doc.get("other_cpu_load"))
     return Measurement(row, result.outputs or None)
 
 
@@ -286,6 +287,22 @@ def _run_with_retries(device: Device, job: Job, workdir: Path, row: Latency,
             row.run_error = str(e) if isinstance(e, RunnerError) else None
             return None
     return None
+
+
+CONTENDED_CPU_LOAD = 0.5  # other processes' CPUs' worth of work during the timing that marks it shared
+
+
+def flag_contended(row: Latency, other_cpu_load: float | None) -> None:
+    """Mark a measurement taken while other processes kept the device's CPUs busy: on 2 cores, a
+    2-thread runtime timed beside one busy process waits for its threads at every parallel region
+    (a model of many small operators measured 70x slower that way here)."""
+    row.other_cpu_load = other_cpu_load
+    if other_cpu_load is None:
+        return
+    row.contended = other_cpu_load >= CONTENDED_CPU_LOAD
+    if row.contended:
+        row.notes.append(f"contended: other processes kept {other_cpu_load:.1f} CPU(s) busy on {row.device} while "
+                         "it was timed; the latency is not the artifact's alone: measure on a quiet device")
 
 
 def flag_unsteady(row: Latency, max_cv: float | None) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,53 @@ def test_runner_needs_only_stdlib_and_numpy_at_import() -> None:
     out = subprocess.run([sys.executable, "-c", "import json; " + code, str(RUNNER)],
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
+
+
+class _Sleeper:
+    """A runner whose inference sleeps: it uses no CPU, so the CPU time counted is other processes'."""
+
+    def infer(self, batch):
+        import time
+        time.sleep(0.01)
+
+
+def _other_load(iterations: int = 40) -> float | None:
+    from edgeship.devices import runner
+
+    timings, load = runner.time_inference(_Sleeper(), None, 0, iterations)
+    assert len(timings) == iterations
+    return load
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="other_cpu_load is read from /proc/stat (Linux)")
+def test_runner_counts_the_cpus_other_processes_keep_busy_while_it_times() -> None:
+    quiet = _other_load()
+    if quiet is not None and quiet > (os.cpu_count() or 1) - 1.5:
+        pytest.skip(f"other processes already keep {quiet} of {os.cpu_count()} CPUs busy: no core is free to load")
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        import time
+        time.sleep(0.3)  # let it start spinning
+        busy = _other_load()
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert quiet is not None and busy is not None
+    assert busy >= quiet + 0.6 and busy <= quiet + 1.4, (quiet, busy)  # one more core kept busy by another process
+
+
+def test_a_contended_measurement_is_flagged_with_a_note() -> None:
+    from edgeship.pipeline.validate import flag_contended
+    from edgeship.results import Latency
+
+    def row(load: float | None) -> Latency:
+        lat = Latency(device="host", runtime="onnxruntime", warmup=1, iterations=5)
+        flag_contended(lat, load)
+        return lat
+
+    busy, quiet, unknown = row(1.03), row(0.12), row(None)
+    assert busy.contended is True and busy.other_cpu_load == 1.03
+    assert busy.notes == ["contended: other processes kept 1.0 CPU(s) busy on host while it was timed; the latency "
+                          "is not the artifact's alone: measure on a quiet device"]
+    assert quiet.contended is False and not quiet.notes
+    assert unknown.contended is None and unknown.other_cpu_load is None
