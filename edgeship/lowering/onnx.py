@@ -99,6 +99,7 @@ def export_onnx(captured: Captured, opset: int, dynamic_batch: bool, dest: Path)
                 raise LoweringError(f"opset {opset}: the torch.export ONNX exporter writes opset "
                                     f"{DYNAMO_MIN_OPSET} or later; put trace or script first in this "
                                     "variant's capture order for older opsets")
+            forget_pending_unbacked_symbols(captured.program)
             with contextlib.redirect_stdout(io.StringIO()):
                 program = torch.onnx.export(captured.program, dynamo=True, opset_version=opset,
                                             input_names=names, output_names=output_names, verbose=False)
@@ -110,6 +111,20 @@ def export_onnx(captured: Captured, opset: int, dynamic_batch: bool, dest: Path)
                                   opset_version=opset, input_names=names, output_names=output_names,
                                   dynamic_axes={k: v for k, v in dynamic_axes.items() if v} or None)
         name_dims(tmp, axes)
+
+
+def forget_pending_unbacked_symbols(program: Any) -> None:
+    """Let ``program`` be exported to ONNX again. Exporting runs its decompositions, which leave the
+    unbacked symbols of data-dependent sizes (NMS's box count) pending in the program's shape
+    environment; the next export of the same program (the int8 variant's fp32 graph, TensorRT's)
+    then fails with PendingUnbackedSymbolNotFound ("Pending unbacked symbols {u6, u7} not in returned
+    outputs"). They belong to the finished export, so they are dropped."""
+    for node in program.graph.nodes:
+        fake_mode = getattr(node.meta.get("val"), "fake_mode", None)
+        shape_env = getattr(fake_mode, "shape_env", None)
+        if shape_env is not None and hasattr(shape_env, "pending_fresh_unbacked_symbols"):
+            shape_env.pending_fresh_unbacked_symbols.clear()
+            return
 
 
 def onnx_output_names(captured: Captured) -> list[str]:
