@@ -171,19 +171,29 @@ def fx_tracing(tool: str, alternative: str) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        frames = list(traceback.extract_tb(error.__traceback__))
-        paths = [f.filename.replace("\\", "/") for f in frames]
-        if not any("/torch/fx/" in p for p in paths):
+        why = fx_failure(error)
+        if why is None:
             raise
-        model = [(p, f.lineno) for p, f in zip(paths, frames) if "/torch/" not in p and "/edgeship/" not in p]
-        where = ""
-        if model:
-            path, line = model[-1]
-            where = f" at {path.split('site-packages/')[-1]}:{line}"
         raise LoweringError(
-            f"{tool}: torch.fx could not trace the model ({type(error).__name__}{where}: {first_line(error)}); "
+            f"{tool}: torch.fx could not trace the model ({why}); "
             f"Python control flow on tensor shapes, as in Hugging Face transformers, stops FX. {alternative}"
         ) from error
+
+
+def fx_failure(error: BaseException) -> str | None:
+    """Where and why torch.fx's symbolic tracing stopped (``TypeError at transformers/models/bert/
+    modeling_bert.py:85: slice indices must be integers ...``): the last frame of the model's own
+    code; None when ``error`` was not raised while FX traced."""
+    frames = list(traceback.extract_tb(error.__traceback__))
+    paths = [f.filename.replace("\\", "/") for f in frames]
+    if not any("/torch/fx/" in p for p in paths):
+        return None
+    model = [(p, f.lineno) for p, f in zip(paths, frames) if "/torch/" not in p and "/edgeship/" not in p]
+    where = f" at {model[-1][0].split('site-packages/')[-1]}:{model[-1][1]}" if model else ""
+    message = first_line(error)
+    if len(message) > 120 and ". " in message:   # FX's TraceErrors go on to point at its documentation
+        message = message[:message.index(". ") + 1]
+    return f"{type(error).__name__}{where}: {message}"
 
 
 def flat_outputs(module: Any, example_inputs: tuple[Any, ...], notes: list[str]) -> Any:

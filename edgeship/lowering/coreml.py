@@ -21,8 +21,9 @@ from edgeship import outputs, shapes
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
 from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
-from edgeship.lowering.capture import Captured, fx_tracing
+from edgeship.lowering.capture import Captured, flat_outputs, fx_tracing
 from edgeship.lowering.registry import CoremlSpec
+from edgeship.quantize.fx_parts import convert_parts, prepare_parts
 
 W8A8_MIN_TARGETS = ("iOS17", "iOS18", "macOS14", "macOS15")  # activation quantization needs iOS 17 ops
 
@@ -69,10 +70,10 @@ class CoremlBackend(CoremlSpec, Backend):
         if request.calibration is None:
             raise LoweringError("int8 (w8a8) needs calibration data (the build provides it for static int8)")
         data = request.calibration()
-        module = activation_quantized(request.captured.model.module, request.captured.example_inputs, data)
+        module = activation_quantized(request.captured.model.module, request.captured.example_inputs, data, notes)
         notes.append(f"w8a8: coremltools.optimize.torch LinearQuantizer, symmetric, calibrated on {len(data)} "
                      "samples; the quantized module is captured by jit.trace")
-        return _recapture(module, request.captured)
+        return _recapture(module, request.captured, notes)
 
 
 def _convertible(program: Any, method: str) -> Any:
@@ -80,12 +81,14 @@ def _convertible(program: Any, method: str) -> Any:
     return program.run_decompositions({}) if method == "export" else program
 
 
-def _recapture(module: Any, captured: Captured) -> Any:
+def _recapture(module: Any, captured: Captured, notes: list[str]) -> Any:
     """The fake-quantized module, traced: torch.export cannot trace quantized tensors
-    ("quantized nyi in meta tensors"), and coremltools converts the traced form."""
+    ("quantized nyi in meta tensors"), and coremltools converts the traced form. Dict outputs
+    (torchvision's segmenters return {"out": ...}) are flattened first, as for the float trace."""
     import torch
 
-    return torch.jit.trace(module, captured.example_inputs)
+    return torch.jit.trace(flat_outputs(module, captured.example_inputs, notes), captured.example_inputs,
+                           strict=False)
 
 
 def convert_arguments(request: LowerRequest, precision: str) -> dict[str, Any]:
@@ -143,8 +146,9 @@ def quantize_weights(mlmodel: Any, mode: str) -> Any:
     return linear_quantize_weights(mlmodel, config)
 
 
-def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any) -> Any:
-    """A copy of ``module`` with int8 weights and activations whose ranges come from ``data``.
+def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any, notes: list[str]) -> Any:
+    """A copy of ``module`` with int8 weights and activations whose ranges come from ``data``; a
+    model torch.fx cannot trace whole is quantized by parts (edgeship.quantize.fx_parts).
 
     Observers run in eval mode: in train mode batch norm would re-estimate its statistics from
     single calibration batches and ruin the float model being quantized.
@@ -152,25 +156,58 @@ def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any
     import copy
 
     import torch
-    from coremltools.optimize.torch.quantization import (
-        LinearQuantizer,
-        LinearQuantizerConfig,
-        ModuleLinearQuantizerConfig,
-    )
 
-    config = LinearQuantizerConfig(global_config=ModuleLinearQuantizerConfig(
-        quantization_scheme="symmetric", milestones=[0, 0, 1_000_000, 1_000_000]))
-    quantizer = LinearQuantizer(copy.deepcopy(module).eval(), config)
+    quantizers: dict[int, Any] = {}
+
+    def prepare(part: Any, inputs: tuple[Any, ...], non_traceable: list[str], scope: str) -> Any:
+        from coremltools.optimize.torch.quantization import (
+            LinearQuantizer,
+            LinearQuantizerConfig,
+            ModuleLinearQuantizerConfig,
+        )
+
+        # coremltools quantizes the weights of the modules it does not trace as well; those modules
+        # become parts of their own, quantized there, so here they are left alone.
+        untouched = {name: None for name, _ in part.named_modules()
+                     if any(name == leaf or name.startswith(leaf + ".") for leaf in non_traceable)}
+        config = LinearQuantizerConfig(global_config=ModuleLinearQuantizerConfig(
+            quantization_scheme="symmetric", milestones=[0, 0, 1_000_000, 1_000_000]),
+            non_traceable_module_names=non_traceable, module_name_configs=untouched)
+        # LinearQuantizer is a quantization-aware training tool: prepare() puts the model in train
+        # mode before torch.fx traces it, and FX keeps the training branch of every module it traces
+        # through (torchvision's StochasticDepth drew random masks inside efficientnet_b0's graph).
+        # Calibration is post-training, so the model is traced as it is evaluated: train() does nothing.
+        part.train = lambda mode=True: part
+        quantizer = LinearQuantizer(part, config)
+        prepared = quantizer.prepare(example_inputs=inputs, inplace=True)
+        quantizer.step()
+        quantizers[id(prepared)] = quantizer
+        return prepared
+
     with fx_tracing("Core ML w8a8 (coremltools.optimize.torch LinearQuantizer)",
                     "Use precision w8 (int8 weights, quantized after conversion, no tracing) for this model."):
-        prepared = quantizer.prepare(example_inputs=example_inputs, inplace=True)
-    quantizer.step()
-    prepared.eval()
+        found = prepare_parts(copy.deepcopy(module).eval(), example_inputs, prepare)
+    if not found.whole:
+        notes.append(found.note())
+    prepared = found.module.eval()
     batch = example_inputs[0].shape[0]
     with torch.no_grad():
         for part in data.batches(batch):
             prepared(*[torch.from_numpy(a) for a in part.values()])
-    return quantizer.finalize(inplace=True).eval()
+    return convert_parts(found, lambda graph: _finalize(quantizers[id(graph)], graph)).eval()
+
+
+def _finalize(quantizer: Any, graph: Any) -> Any:
+    """``quantizer.finalize`` of one part. It marks every quantized layer below the graph as
+    compressed (a buffer ``..._compression_type`` listing the compressions), including the layers of
+    parts inside it that their own finalize marked already; a layer marked twice reads as joint
+    compression, which only iOS 18 takes. The inner parts' marks are put back as they were."""
+    marks = {(module, name): value.clone() for module in graph.modules() for name, value in module._buffers.items()
+             if name.endswith("compression_type") and value is not None}
+    finalized = quantizer.finalize(inplace=True).eval()
+    for (module, name), value in marks.items():
+        module._buffers[name] = value
+    return finalized
 
 
 def check_interface(path: Any, spec: Any) -> dict[str, Any]:

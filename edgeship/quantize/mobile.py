@@ -16,9 +16,11 @@ from typing import Any
 
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
+from edgeship.errors import LoweringError
 from edgeship.lowering.base import LowerRequest
 from edgeship.lowering.capture import Captured, flat_outputs, fx_tracing
 from edgeship.lowering.registry import MOBILE_QUANTIZATION
+from edgeship.quantize.fx_parts import FxParts, convert_parts, local_names, prepare_parts
 from edgeship.quantize.observers import (
     CALIBRATION_BATCH,
     calibrate_observers,
@@ -80,32 +82,60 @@ def _static(request: LowerRequest, settings: QuantizationSettings, engine: str) 
     batch = (CALIBRATION_BATCH if flexible else int(example[0].shape[0]), flexible)
     key = {"kind": "fx-static", "engine": engine, "weights_sha256": request.captured.model.state_sha256,
            "method": method, "per_channel": settings.per_channel}
-    quantized, facts = _calibrate_and_convert(module, example,
-                                              qconfig_mapping(engine, method, settings.per_channel, []),
-                                              data, batch, request.cache, key)
-    measure = lambda sample, size: layer_sensitivity(module, quantized, sample, size)  # noqa: E731
-    report, excluded = sensitivity_and_fallback(settings.sensitivity, settings.keep_float, data, batch,
-                                                request.dest.parent, measure)
+    quantized, facts, found = _calibrate_and_convert(module, example,
+                                                     qconfig_mapping(engine, method, settings.per_channel, []),
+                                                     data, batch, request.cache, key)
+    report, excluded = None, []
+    if found.whole:
+        measure = lambda sample, size: layer_sensitivity(module, quantized, sample, size)  # noqa: E731
+        report, excluded = sensitivity_and_fallback(settings.sensitivity, settings.keep_float, data, batch,
+                                                    request.dest.parent, measure)
+    elif settings.keep_float:
+        raise LoweringError("keep_float needs the per-layer sensitivity report, which torch.fx's numeric suite "
+                            "makes only for a model it traces whole; this one was quantized by parts "
+                            f"({found.note()}). Leave keep_float out for this model.")
     if excluded:
         mapping = qconfig_mapping(engine, method, settings.per_channel, excluded)
-        quantized, facts = _calibrate_and_convert(module, example, mapping, data, batch, request.cache,
-                                                  {**key, "kept_float": excluded})
-    return quantized, Quantized.describe(
+        quantized, facts, found = _calibrate_and_convert(module, example, mapping, data, batch, request.cache,
+                                                         {**key, "kept_float": excluded})
+    result = Quantized.describe(
         "static", f"PyTorch FX graph mode, {engine} engine", quantized_engine=engine, method=method,
         samples=len(data), per_channel=settings.per_channel, kept_float=excluded, sensitivity=report,
-        calibration={**facts, "data": data.source})
+        calibration={**facts, "data": data.source}, **_parts_details(found))
+    if not found.whole:
+        result.notes.append(found.note() + (" (per-layer sensitivity not measured: torch.fx's numeric suite needs "
+                                            "the model traced whole)" if settings.sensitivity else ""))
+    return quantized, result
+
+
+def _parts_details(found: FxParts) -> dict[str, Any]:
+    """results.json facts of a model quantized by parts (none when FX traced it whole)."""
+    if found.whole:
+        return {}
+    return {"fx_parts": {"parts": found.parts, "untraceable": found.untraceable,
+                         "layers_quantized": found.layers[0], "layers": found.layers[1]}}
 
 
 def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, data: Dataset,
                            batch: tuple[int, bool], cache: Cache | None, key: dict[str, Any],
-                           ) -> tuple[Any, dict[str, Any]]:
+                           ) -> tuple[Any, dict[str, Any], FxParts]:
+    from torch.ao.quantization.fx.custom_config import PrepareCustomConfig
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    def prepare(part: Any, inputs: tuple[Any, ...], non_traceable: list[str], scope: str) -> Any:
+        part_mapping = copy.deepcopy(mapping)
+        kept_float = [n for n, q in mapping.module_name_qconfigs.items() if q is None]
+        for name in kept_float:  # as the part's graph names them
+            for local in local_names([name], scope):
+                part_mapping.set_module_name(local, None)
+        config = PrepareCustomConfig().set_non_traceable_module_names(non_traceable)
+        return prepare_fx(part, part_mapping, inputs, prepare_custom_config=config)
 
     with fx_tracing("static int8 (PyTorch FX graph mode, prepare_fx)",
                     'Use quantization = { scheme = "dynamic" } (int8 nn.Linear, no tracing) for this model.'):
-        prepared = prepare_fx(copy.deepcopy(module).eval(), mapping, example)
-    facts = calibrate_observers(prepared, data, batch[0], cache, key, flexible=batch[1])
-    return convert_fx(prepared), facts
+        found = prepare_parts(copy.deepcopy(module).eval(), example, prepare)
+    facts = calibrate_observers(found.module, data, batch[0], cache, key, flexible=batch[1])
+    return convert_parts(found, convert_fx), facts, found
 
 
 def qconfig_mapping(engine: str, method: str, per_channel: bool, excluded: list[str]) -> Any:
@@ -151,11 +181,11 @@ def _numpy(tensor: Any) -> Any:
 
 def capture_like(captured: Captured, module: Any) -> Any:
     """Capture the quantized ``module`` as the float one was (script or trace). An FX-converted
-    module is always traced: FX already removed Python control flow, and scripting its generated
-    code trips over postponed type annotations."""
+    module (or one with FX-converted parts) is always traced: FX already removed Python control
+    flow, and scripting its generated code trips over postponed type annotations."""
     import torch
 
-    if captured.method == "script" and not isinstance(module, torch.fx.GraphModule):
+    if captured.method == "script" and not any(isinstance(m, torch.fx.GraphModule) for m in module.modules()):
         return torch.jit.script(module)
     flat = flat_outputs(module, captured.example_inputs, [])  # dict outputs as a tuple, as the float trace
     with warnings.catch_warnings():  # quantized ops read their scales as Python floats: constants by design

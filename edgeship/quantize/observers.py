@@ -15,6 +15,7 @@ from typing import Any
 
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset
+from edgeship.quantize.fx_parts import graph_code
 from edgeship.quantize.quantized import calibrated
 
 OBSERVERS_FILE = "observers.pt"
@@ -62,7 +63,9 @@ def calibrate_observers(prepared: Any, data: Dataset, batch: int, cache: Cache |
     """Calibrate ``prepared`` in place (or restore its observers from the cache); the cache facts."""
     import torch
 
-    key = {**key_parts, "graph_sha256": hashlib.sha256(prepared.code.encode()).hexdigest(),
+    # The graphs' code fixes where observers sit; their names are the stored state's keys.
+    layout = graph_code(prepared) + "\n".join(observers(prepared))
+    key = {**key_parts, "graph_sha256": hashlib.sha256(layout.encode()).hexdigest(),
            "data_sha256": data.fingerprint(), "batch": batch, "flexible": flexible, "torch": torch.__version__}
 
     def compute(folder: Path) -> None:

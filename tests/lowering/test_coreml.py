@@ -61,3 +61,64 @@ def test_coreml_unknown_deployment_target_lists_the_allowed_ones() -> None:
 @pytest.mark.skipif(sys.platform == "darwin", reason="on macOS Core ML runs")
 def test_coreml_says_why_it_cannot_run_here() -> None:
     assert "needs macOS" in BACKENDS["coreml"].available()
+
+
+def w8a8_program(module, x):
+    """``module`` through the w8a8 path (calibrated on seeded samples, traced), converted: (module, ops)."""
+    from types import SimpleNamespace
+
+    import coremltools as ct
+    import numpy as np
+    import torch
+
+    from edgeship.calibration import Dataset
+    from edgeship.lowering.coreml import _program_ops, _recapture, activation_quantized
+
+    data = Dataset({"x": np.random.default_rng(0).random((8, *x.shape[1:]), dtype=np.float32)}, None, "test")
+    notes: list[str] = []
+    quantized = activation_quantized(module, (x,), data, notes)
+    traced = _recapture(quantized, SimpleNamespace(example_inputs=(x,)), notes)
+    mlmodel = ct.convert(traced, inputs=[ct.TensorType(name="x", shape=tuple(x.shape))], convert_to="mlprogram",
+                         minimum_deployment_target=ct.target.iOS17)
+    with torch.no_grad():
+        assert torch.equal(torch.as_tensor(traced(x)[0]), torch.as_tensor(traced(x)[0]))  # nothing random in it
+    return quantized, _program_ops(mlmodel.get_spec()), notes
+
+
+def test_coreml_w8a8_quantizes_an_untraceable_model_by_parts() -> None:
+    """A model torch.fx cannot trace whole (transformers' case) gets every Linear int8, each marked once."""
+    import torch
+
+    from tests.quantize.test_fx_parts import Untraceable
+
+    torch.manual_seed(0)
+    _, ops, notes = w8a8_program(Untraceable().eval(), torch.rand(1, 8))
+    assert ops.get("constexpr_affine_dequantize") == 3 and ops.get("quantize", 0) >= 3
+    assert any("quantized by parts: 3 traced part(s) holding 3 of 3" in n for n in notes)
+    assert any("outputs flattened" in n for n in notes)   # the dict output, as the float trace has it
+
+
+def test_coreml_w8a8_traces_the_model_as_it_is_evaluated() -> None:
+    """coremltools' prepare() puts the model in train mode before FX traces it; a module that
+    branches on self.training (StochasticDepth) must be traced in eval mode all the same."""
+    import torch
+    from torchvision.ops import StochasticDepth
+
+    class Residual(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv, self.drop = torch.nn.Conv2d(4, 4, 3, padding=1), StochasticDepth(0.5, "row")
+
+        def forward(self, x):
+            return x + self.drop(self.conv(x))
+
+    torch.manual_seed(0)
+    model, x = Residual().eval(), torch.rand(1, 4, 8, 8)
+    quantized, ops, _ = w8a8_program(model, x)
+    traced = torch.jit.trace(quantized, (x,))
+    assert not [n for n in traced.inlined_graph.nodes() if "bernoulli" in n.kind()]
+    with torch.no_grad():
+        from edgeship import metrics
+
+        assert metrics.sqnr_db(model(x).numpy(), quantized(x).numpy()) > 20
+    assert ops.get("constexpr_affine_dequantize") == 1

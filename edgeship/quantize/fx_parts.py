@@ -1,0 +1,304 @@
+"""torch.fx quantization of a model FX cannot trace whole: its traceable parts, one graph each.
+
+The FX quantizers (PyTorch's ``prepare_fx``, coremltools' ``LinearQuantizer``) trace the model
+symbolically, and Python control flow on tensors stops them: Hugging Face's BertModel slices by
+``seq_length`` and branches on the mask, torchvision's SSD calls NMS. Where that happens, the
+module whose own code stopped the tracer becomes a plain call (an FX leaf) and the tracer tries
+again; a leaf is then traced itself, or, when its own code cannot be traced either, its children
+are, down to the layers. Every Conv and Linear reachable that way is quantized in a graph of its
+part; the code between parts runs in float, as written. Intel Neural Compressor treats Hugging
+Face models the same way.
+
+A part is traced for the call the model made to it on the example inputs: tensors become the
+graph's inputs, every other argument (``None``, flags, sizes) is fixed to that call's value, and
+a later call with other values is refused rather than run through a graph made for the first one.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgeship.errors import LoweringError
+from edgeship.lowering.capture import fx_failure
+
+# prepare(module, example_inputs, non_traceable_names, scope) -> a prepared torch.fx.GraphModule; scope is
+# the traced module's qualified name ("" for the whole model); local_names() maps the model's names into it.
+Prepare = Callable[[Any, tuple[Any, ...], list[str], str], Any]
+INNER = "inner"   # the traced module's name inside a part's Bound wrapper
+
+
+@dataclass
+class FxParts:
+    """The model with its prepared parts in place, which parts, and where FX stopped."""
+
+    module: Any
+    parts: list[str]                                   # qualified names; [""] when traced whole
+    untraceable: dict[str, str] = field(default_factory=dict)   # module -> where and why FX stopped
+    leaves: dict[str, list[str]] = field(default_factory=dict)  # part -> its submodules FX left as calls
+    layers: tuple[int, int] = (0, 0)                   # (Conv/Linear layers inside parts, all of them)
+
+    @property
+    def whole(self) -> bool:
+        return self.parts == [""]
+
+    def covers(self, layer: str) -> bool:
+        """Whether the layer of this name is inside a part's graph (not in one of its leaves)."""
+        return any(_within(layer, part) and not any(_within(layer, leaf) for leaf in self.leaves.get(part, []))
+                   for part in self.parts)
+
+    def note(self) -> str:
+        """One line for the variant's notes (empty when the model was traced whole)."""
+        if self.whole:
+            return ""
+        stops = "; ".join(f"{name or 'the model'}: {why}" for name, why in list(self.untraceable.items())[:3])
+        more = f" (and {len(self.untraceable) - 3} more)" if len(self.untraceable) > 3 else ""
+        return (f"torch.fx could not trace the whole model ({stops}{more}); quantized by parts: "
+                f"{len(self.parts)} traced part(s) holding {self.layers[0]} of {self.layers[1]} Conv/Linear "
+                "layers, the code between them in float")
+
+
+def prepare_parts(module: Any, example_inputs: tuple[Any, ...], prepare: Prepare) -> FxParts:
+    """``module`` prepared whole by ``prepare`` when FX traces it, else part by part (the module is
+    changed in place: give it a copy). Raises what ``prepare`` raised when nothing can be traced."""
+    try:
+        return FxParts(prepare(module, example_inputs, [], ""), [""], layers=(len(_layers(module)),) * 2)
+    except Exception as error:
+        if fx_failure(error) is None:
+            raise
+        whole_error = error
+    calls, layers = _record_calls(module, example_inputs), _layers(module)
+    found = FxParts(module, [])
+    found.module = _as_part(module, "", calls, prepare, found)
+    found.layers = (sum(found.covers(layer) for layer in layers), len(layers))
+    if not found.parts:
+        raise whole_error
+    return found
+
+
+def convert_parts(found: FxParts, convert: Callable[[Any], Any]) -> Any:
+    """Every prepared graph converted by ``convert`` (innermost first); the model."""
+    if found.whole:
+        return convert(found.module)
+    parts = [m for m in found.module.modules() if isinstance(m, _part_class())]
+    for part in reversed(parts):   # innermost first: converting a graph also visits the parts inside it
+        part.traced = convert(part.traced)
+    return found.module
+
+
+def local_names(names: list[str], scope: str) -> list[str]:
+    """The modules of ``names`` inside the part traced at ``scope``, named as in its graph."""
+    if scope == "":
+        return list(names)
+    return [INNER + name[len(scope):] for name in names if _within(name, scope)]
+
+
+def graph_code(module: Any) -> str:
+    """The code of every FX graph in ``module``: what fixes where observers sit (cache keys)."""
+    import torch
+
+    return "\n".join(m.code for m in module.modules() if isinstance(m, torch.fx.GraphModule))
+
+
+@dataclass
+class _Call:
+    """How the model called a module: positional and keyword arguments, which of them are tensors."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    output_spec: Any = None
+
+    def tensor_slots(self) -> list[int | str]:
+        import torch
+
+        return ([i for i, a in enumerate(self.args) if isinstance(a, torch.Tensor)]
+                + [k for k, v in self.kwargs.items() if isinstance(v, torch.Tensor)])
+
+    def traceable(self) -> bool:
+        """Only tensors and plain constants: a tensor inside a list or tuple cannot be fixed."""
+        import torch
+
+        def plain(value: Any) -> bool:
+            if isinstance(value, (list, tuple, dict)):
+                items = value.values() if isinstance(value, dict) else value
+                return all(plain(v) and not isinstance(v, torch.Tensor) for v in items)
+            return True
+
+        return all(plain(v) for v in [*self.args, *self.kwargs.values()])
+
+
+def _prepare_children(module: Any, name: str, calls: dict[str, _Call], prepare: Prepare, found: FxParts) -> None:
+    """Each child of ``module`` (which FX cannot trace) as a part, or its children in turn."""
+    for child_name, child in list(module.named_children()):
+        setattr(module, child_name, _as_part(child, _join(name, child_name), calls, prepare, found))
+
+
+def _as_part(module: Any, name: str, calls: dict[str, _Call], prepare: Prepare, found: FxParts) -> Any:
+    """``module`` as a prepared Part when FX traces it (its untraceable submodules left as calls and
+    made parts in turn); else ``module`` with its children handled so; unchanged without layers."""
+    call = calls.get(name)
+    if not _layers(module) or call is None:
+        return module
+    bound = _bound(module, call) if call.traceable() else None
+    leaves: list[str] = []
+    graph = None
+    while bound is not None:
+        try:
+            graph = prepare(bound, tuple(_slot_values(call)), [f"{INNER}.{leaf}" for leaf in leaves], name)
+            break
+        except Exception as error:
+            why = fx_failure(error)
+            if why is None:
+                raise
+            culprit = _innermost_module(error, module)
+            if culprit in (None, "") or culprit in leaves:
+                found.untraceable[name] = why
+                break
+            leaves.append(culprit)
+    if graph is None or not _layers(module, leaves):   # nothing of its own to quantize: its children may have
+        _prepare_children(module, name, calls, prepare, found)
+        return module
+    found.parts.append(name)
+    found.leaves[name] = [_join(name, leaf) for leaf in leaves]
+    for leaf in _outermost(leaves):
+        parent_name, _, attr = f"{INNER}.{leaf}".rpartition(".")
+        parent = graph.get_submodule(parent_name)
+        setattr(parent, attr, _as_part(getattr(parent, attr), _join(name, leaf), calls, prepare, found))
+    return _part_class()(graph, call, name)
+
+
+def _join(scope: str, name: str) -> str:
+    return f"{scope}.{name}" if scope else name
+
+
+def _record_calls(module: Any, example_inputs: tuple[Any, ...]) -> dict[str, _Call]:
+    """Every submodule's first call (arguments and output structure) on the example inputs."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    calls: dict[str, _Call] = {}
+    hooks = []
+    for name, sub in module.named_modules():
+        def before(_: Any, args: tuple, kwargs: dict, name: str = name) -> None:
+            calls.setdefault(name, _Call(args, dict(kwargs)))
+
+        def after(_: Any, args: tuple, kwargs: dict, out: Any, name: str = name) -> None:
+            if calls[name].output_spec is None:
+                calls[name].output_spec = pytree.tree_structure(out)
+
+        hooks += [sub.register_forward_pre_hook(before, with_kwargs=True),
+                  sub.register_forward_hook(after, with_kwargs=True)]
+    try:
+        with torch.no_grad():
+            module(*example_inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return calls
+
+
+def _slot_values(call: _Call, args: tuple[Any, ...] | None = None, kwargs: dict[str, Any] | None = None) -> list[Any]:
+    args, kwargs = (call.args, call.kwargs) if args is None else (args, kwargs or {})
+    return [args[slot] if isinstance(slot, int) else kwargs[slot] for slot in call.tensor_slots()]
+
+
+def _bound(module: Any, call: _Call) -> Any:
+    """A module whose forward takes only the call's tensors, in slot order, and calls ``module``
+    exactly as the model did with them (FX traces it with every other argument a constant)."""
+    import torch
+
+    slots = call.tensor_slots()
+    params = ", ".join(f"t{i}" for i in range(len(slots)))
+    namespace: dict[str, Any] = {}
+    # FX names a graph's inputs from forward's code object, so forward is written with one named
+    # parameter per tensor (t0, t1, ...: made here, nothing of the model's is executed).
+    exec(f"def forward(self, {params}):\n    return self.call_inner(({params}{',' if slots else ''}))", namespace)
+
+    def call_inner(self: Any, tensors: tuple[Any, ...]) -> Any:
+        args, kwargs = list(call.args), dict(call.kwargs)
+        for slot, tensor in zip(slots, tensors):
+            if isinstance(slot, int):
+                args[slot] = tensor
+            else:
+                kwargs[slot] = tensor
+        return getattr(self, INNER)(*args, **kwargs)
+
+    bound = type("Bound", (torch.nn.Module,), {"forward": namespace["forward"], "call_inner": call_inner})()
+    setattr(bound, INNER, module)
+    return bound.train(module.training)
+
+
+@functools.cache
+def _part_class() -> type:
+    """The Part module class (made on first use: importing this file needs no torch)."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    class Part(torch.nn.Module):
+        """A traced (prepared, later converted) graph in the place of the module it was traced from. Its
+        graph is ``traced``, not ``graph``: a TorchScript module has a ``graph`` of its own."""
+
+        def __init__(self, graph: Any, call: _Call, name: str) -> None:
+            super().__init__()
+            self.traced, self.call, self.part_name = graph, call, name
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            self._check(args, kwargs)
+            out = self.traced(*_slot_values(self.call, args, kwargs))
+            return pytree.tree_unflatten(pytree.tree_leaves(out), self.call.output_spec)
+
+        def _check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            same = (len(args) == len(self.call.args) and kwargs.keys() == self.call.kwargs.keys()
+                    and all(_same_constant(a, b) for a, b in zip(args, self.call.args))
+                    and all(_same_constant(kwargs[k], v) for k, v in self.call.kwargs.items()))
+            if not same:
+                raise LoweringError(f"{self.part_name} was traced by torch.fx for the arguments the model gave it "
+                                    "on the example inputs and is now called with others; it cannot be "
+                                    "quantized by parts")
+
+    return Part
+
+
+def _same_constant(given: Any, traced: Any) -> bool:
+    """Equal, or both tensors (a tensor is a graph input, whatever its value)."""
+    import torch
+
+    if isinstance(given, torch.Tensor) or isinstance(traced, torch.Tensor):
+        return isinstance(given, torch.Tensor) and isinstance(traced, torch.Tensor)
+    try:
+        return bool(given == traced) and type(given) is type(traced)
+    except Exception:
+        return given is traced
+
+
+def _innermost_module(error: BaseException, module: Any) -> str | None:
+    """The name inside ``module`` of the innermost submodule whose own code was running when
+    ``error`` was raised ("" for ``module`` itself; None when none of them was)."""
+    names = {id(m): n for n, m in module.named_modules()}
+    found, tb = None, error.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if id(owner) in names and owner is not None:
+            found = names[id(owner)]
+        tb = tb.tb_next
+    return found
+
+
+def _layers(module: Any, leaves: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Conv and Linear layers of ``module`` outside ``leaves`` (what an FX quantizer quantizes)."""
+    import torch
+
+    kinds = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
+    return [name for name, m in module.named_modules()
+            if isinstance(m, kinds) and not any(_within(name, leaf) for leaf in leaves)]
+
+
+def _outermost(names: list[str]) -> list[str]:
+    """``names`` without those inside another of them (an inner leaf is reached through its parent)."""
+    return [n for n in names if not any(n.startswith(other + ".") for other in names if other != n)]
+
+
+def _within(name: str, scope: str) -> bool:
+    """Whether module ``name`` is ``scope`` or inside it ("" is the whole model)."""
+    return scope == "" or name == scope or name.startswith(scope + ".")
