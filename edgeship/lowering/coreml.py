@@ -177,9 +177,14 @@ def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any
         # mode before torch.fx traces it, and FX keeps the training branch of every module it traces
         # through (torchvision's StochasticDepth drew random masks inside efficientnet_b0's graph).
         # Calibration is post-training, so the model is traced as it is evaluated: train() does nothing.
+        # The no-op is taken away again: the module is still called (and switched to eval) when a
+        # prepare fails and its parts are quantized instead.
         part.train = lambda mode=True: part
-        quantizer = LinearQuantizer(part, config)
-        prepared = quantizer.prepare(example_inputs=inputs, inplace=True)
+        try:
+            quantizer = LinearQuantizer(part, config)
+            prepared = quantizer.prepare(example_inputs=inputs, inplace=True)
+        finally:
+            del part.train
         quantizer.step()
         quantizers[id(prepared)] = quantizer
         return prepared

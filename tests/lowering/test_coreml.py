@@ -92,7 +92,8 @@ def test_coreml_w8a8_quantizes_an_untraceable_model_by_parts() -> None:
     from tests.quantize.test_fx_parts import Untraceable
 
     torch.manual_seed(0)
-    _, ops, notes = w8a8_program(Untraceable().eval(), torch.rand(1, 8))
+    quantized, ops, notes = w8a8_program(Untraceable().eval(), torch.rand(1, 8))
+    assert not [name for name, m in quantized.named_modules() if m.training]   # calibrated and traced in eval mode
     assert ops.get("constexpr_affine_dequantize") == 3 and ops.get("quantize", 0) >= 3
     assert any("quantized by parts: 3 traced part(s) holding 3 of 3" in n for n in notes)
     assert any("outputs flattened" in n for n in notes)   # the dict output, as the float trace has it
