@@ -31,6 +31,11 @@ from edgeship.lowering.onnx import export_onnx, graph_details
 from edgeship.lowering.registry import TENSORRT_QUANTIZATION, TensorrtSpec
 
 ENGINE_FILES = ("engine.json", "tensorrt_engine.py", "build_engine.sh")
+NMS_NOTE = ("the graph holds ONNX NonMaxSuppression, which TensorRT 10's ONNX parser builds as an INMSLayer "
+            "(fp32/fp16, output size known only at run time); TensorRT's EfficientNMS_TRT plugin (fixed-size "
+            "padded outputs, faster on Jetson) needs the NMS subgraph replaced before the engine build "
+            "(onnx-graphsurgeon); or deploy the raw head outputs ([detection] postprocess = \"host\"). "
+            "Neither is built or timed here: no NVIDIA GPU")
 TensorrtOptions = TensorrtSpec.Options
 
 
@@ -62,6 +67,8 @@ class TensorrtBackend(TensorrtSpec, Backend):
         details["trtexec"] = " ".join(tensorrt_engine.trtexec_command(settings))
         notes.append("engine built on the device (tensorrt_engine.py or build_engine.sh); engines do not "
                      "carry across GPUs or TensorRT versions")
+        if details["operators"].get("NonMaxSuppression"):
+            notes.append(NMS_NOTE)
         if request.captured.dynamic:
             notes.append(self._check_sizes(request))
         return Artifact(request.dest, notes, details)

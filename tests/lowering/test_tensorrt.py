@@ -141,3 +141,29 @@ def test_tensorrt_engine_builds_where_tensorrt_imports(lower) -> None:
     settings = json.loads((artifact.path.parent / "engine.json").read_text())
     engine = tensorrt_engine.build_engine(settings, str(artifact.path.parent))
     assert Path(engine).stat().st_size > 0 and (artifact.path.parent / "timing.cache").exists()
+
+
+def test_tensorrt_notes_how_the_device_builds_a_graph_with_nms(tmp_path) -> None:
+    """Detection deployed with its own NMS (ONNX NonMaxSuppression): the device-side options named."""
+    import torch
+    from torchvision.ops import nms
+
+    from edgeship.lowering.base import LowerRequest
+    from edgeship.lowering.capture import Capturer
+    from edgeship.model import LoadedModel
+    from edgeship.profile import Variant
+    from edgeship.spec import ModelSpec
+
+    class Detect(torch.nn.Module):
+        def forward(self, x):
+            boxes = torch.cat([x[0, :, :2], x[0, :, :2] + 0.1 + x[0, :, 2:]], dim=1)
+            return boxes[nms(boxes, x[0, :, 0], 0.5)]
+
+    spec = ModelSpec(name="m", entry="m:build", inputs=[{"name": "x", "shape": [1, 8, 4]}])
+    x = torch.rand(1, 8, 4, generator=torch.Generator().manual_seed(0))
+    backend = BACKENDS["tensorrt"]
+    variant = Variant(name="trt", backend="tensorrt", precision="fp16")
+    artifact = backend.lower(LowerRequest(Capturer(LoadedModel(spec, Detect().eval(), (x,), 0)).get("export"),
+                                          variant, backend.parse_options({}), tmp_path / "trt" / "model.onnx"))
+    assert artifact.details["operators"].get("NonMaxSuppression") == 1
+    assert any("INMSLayer" in n and "EfficientNMS_TRT" in n and "postprocess" in n for n in artifact.notes)
