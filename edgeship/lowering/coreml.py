@@ -153,7 +153,6 @@ def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any
     Observers run in eval mode: in train mode batch norm would re-estimate its statistics from
     single calibration batches and ruin the float model being quantized.
     """
-    import copy
 
     import torch
 
@@ -191,7 +190,7 @@ def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any
 
     with fx_tracing("Core ML w8a8 (coremltools.optimize.torch LinearQuantizer)",
                     "Use precision w8 (int8 weights, quantized after conversion, no tracing) for this model."):
-        found = prepare_parts(copy.deepcopy(module).eval(), example_inputs, prepare)
+        found = prepare_parts(module, example_inputs, prepare)
     if not found.whole:
         notes.append(found.note())
     prepared = found.module.eval()

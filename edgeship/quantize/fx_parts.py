@@ -15,6 +15,7 @@ a later call with other values is refused rather than run through a graph made f
 """
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,14 +61,21 @@ class FxParts:
 
 
 def prepare_parts(module: Any, example_inputs: tuple[Any, ...], prepare: Prepare) -> FxParts:
-    """``module`` prepared whole by ``prepare`` when FX traces it, else part by part (the module is
-    changed in place: give it a copy). Raises what ``prepare`` raised when nothing can be traced."""
+    """A copy of ``module`` prepared whole by ``prepare`` when FX traces it, else part by part
+    (``module`` itself is left as it is). Raises what ``prepare`` raised when nothing can be traced.
+
+    Every attempt prepares a fresh copy: a prepare changes the modules it reaches (QAT swaps them,
+    torch.ao sets ``qconfig`` attributes on them) even when it fails or its graph is not kept, and
+    a later attempt on those modules would inherit that (a stale ``qconfig = None`` failed
+    coremltools' next prepare with "Input float module must have a valid qconfig")."""
     try:
-        return FxParts(prepare(module, example_inputs, [], ""), [""], layers=(len(_layers(module)),) * 2)
+        whole = prepare(copy.deepcopy(module), example_inputs, [], "")
+        return FxParts(whole, [""], layers=(len(_layers(module)),) * 2)
     except Exception as error:
         if fx_failure(error) is None:
             raise
         whole_error = error
+    module = copy.deepcopy(module)   # the working copy: its untraceable modules stay, parts go in
     calls, layers = _record_calls(module, example_inputs), _layers(module)
     found = FxParts(module, [])
     found.module = _as_part(module, "", calls, prepare, found)
@@ -140,18 +148,18 @@ def _as_part(module: Any, name: str, calls: dict[str, _Call], prepare: Prepare, 
     call = calls.get(name)
     if not _layers(module) or call is None:
         return module
-    bound = _bound(module, call) if call.traceable() else None
     leaves: list[str] = []
     graph = None
-    while bound is not None:
+    while call.traceable():
+        attempt = _bound(copy.deepcopy(module), call)   # ``module`` itself stays as it was (prepare_parts)
         try:
-            graph = prepare(bound, tuple(_slot_values(call)), [f"{INNER}.{leaf}" for leaf in leaves], name)
+            graph = prepare(attempt, tuple(_slot_values(call)), [f"{INNER}.{leaf}" for leaf in leaves], name)
             break
         except Exception as error:
             why = fx_failure(error)
             if why is None:
                 raise
-            culprit = _innermost_module(error, module)
+            culprit = _innermost_module(error, getattr(attempt, INNER))
             if culprit in (None, "") or culprit in leaves:
                 found.untraceable[name] = why
                 break
@@ -161,10 +169,10 @@ def _as_part(module: Any, name: str, calls: dict[str, _Call], prepare: Prepare, 
         return module
     found.parts.append(name)
     found.leaves[name] = [_join(name, leaf) for leaf in leaves]
-    for leaf in _outermost(leaves):
+    for leaf in _outermost(leaves):   # the graph calls its leaves: the untouched originals, made parts in turn
         parent_name, _, attr = f"{INNER}.{leaf}".rpartition(".")
-        parent = graph.get_submodule(parent_name)
-        setattr(parent, attr, _as_part(getattr(parent, attr), _join(name, leaf), calls, prepare, found))
+        part = _as_part(module.get_submodule(leaf), _join(name, leaf), calls, prepare, found)
+        setattr(graph.get_submodule(parent_name), attr, part)
     return _part_class()(graph, call, name)
 
 

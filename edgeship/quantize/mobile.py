@@ -133,7 +133,7 @@ def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, 
 
     with fx_tracing("static int8 (PyTorch FX graph mode, prepare_fx)",
                     'Use quantization = { scheme = "dynamic" } (int8 nn.Linear, no tracing) for this model.'):
-        found = prepare_parts(copy.deepcopy(module).eval(), example, prepare)
+        found = prepare_parts(module, example, prepare)
     facts = calibrate_observers(found.module, data, batch[0], cache, key, flexible=batch[1])
     return convert_parts(found, convert_fx), facts, found
 

@@ -123,3 +123,39 @@ def test_coreml_w8a8_traces_the_model_as_it_is_evaluated() -> None:
 
         assert metrics.sqnr_db(model(x).numpy(), quantized(x).numpy()) > 20
     assert ops.get("constexpr_affine_dequantize") == 1
+
+
+def test_coreml_w8a8_by_parts_is_not_confused_by_a_discarded_attempt() -> None:
+    """The model's own graph (with its untraceable child as a call) has no layer of its own and is
+    not kept; preparing it set qconfig = None on the child's layers, which the pooler's own prepare
+    then refused ("Input float module must have a valid qconfig"), as in BERT."""
+    import torch
+
+    class Pooler(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dense, self.act = torch.nn.Linear(8, 8), torch.nn.Tanh()
+
+        def forward(self, x):
+            return self.act(self.dense(x))
+
+    class Inner(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pooler = Pooler()
+
+        def forward(self, x):
+            return self.pooler(x) if x.shape[1] == 8 else x
+
+    class Outer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = Inner()
+
+        def forward(self, x):
+            return self.inner(x * 2)
+
+    torch.manual_seed(0)
+    _, ops, notes = w8a8_program(Outer().eval(), torch.rand(1, 8))
+    assert ops.get("constexpr_affine_dequantize") == 1
+    assert any("1 traced part(s) holding 1 of 1" in n for n in notes)
