@@ -101,11 +101,13 @@ def bundle(target: str, model: str | None = None, *, input_shape: str | None = N
 
 def verify_bundle(path: str | Path, *, public_key: str | Path | None = None,
                   signature: str | Path | None = None) -> BundleCheck:
-    """Check a bundle zip against its manifest (BundleError, exit 2, naming the file that differs).
+    """Check a bundle zip, or a web bundle's unpacked folder in place, against its manifest
+    (BundleError, exit 2, naming the file that differs).
 
     With ``public_key`` (PEM or OpenSSH Ed25519), the detached signature (``signature``, default
-    ``<bundle>.sig``) is checked too: missing, bad or made by another key is a BundleError. Without
-    it, the check is integrity only (``BundleCheck.authenticity`` says so).
+    ``<bundle>.sig``; for a folder its zip's, ``<folder>.zip.sig``) is checked too: missing, bad or made
+    by another key is a BundleError. Without it, the check is integrity only (``BundleCheck.authenticity``
+    says so).
     """
     from edgeship.bundle import verify_bundle as _verify
 

@@ -83,7 +83,8 @@ def add_bundle_parser(sub: argparse._SubParsersAction) -> None:
                              "       edgeship bundle sign FILE.zip --key KEY [--signature SIG]\n"
                              "       edgeship bundle keygen KEY")
     u.add_argument("action", nargs="?", choices=list(BUNDLE_ACTION_OPTIONS)[1:],
-                   help="verify: check FILE.zip against its manifest (and signature, with --public-key); "
+                   help="verify: check FILE.zip (or a web bundle's unpacked folder) against its manifest (and "
+                        "signature, with --public-key); "
                         "sign: write FILE.zip.sig; keygen: write an Ed25519 key pair KEY and KEY.pub")
     u.add_argument("file", nargs="?", metavar="FILE", help="the bundle to verify or sign; for keygen, the key file")
     u.add_argument("--extract", metavar="DIR", help="with verify: extract the checked bundle into DIR")
@@ -95,8 +96,9 @@ def add_bundle_parser(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--model", help="model.toml or module:callable of the build (default: the demo model)")
     u.add_argument("--input-shape", help="input shape for a module:callable model")
     u.add_argument("--out", help="the build's folder (default: artifacts/<target>/<model>)")
-    u.add_argument("--platform", action="append", choices=["android", "ios", "jetson"],
-                   help="platform to bundle for (repeatable; default: the profile's [bundle] platforms)")
+    u.add_argument("--platform", action="append", choices=["android", "ios", "jetson", "web"],
+                   help="platform to bundle for (repeatable; default: the profile's [bundle] platforms); web also "
+                        "writes the bundle unpacked beside its zip, ready to serve")
     u.add_argument("--variants", help="passing, fastest, or comma-separated variant names (default: the profile's)")
 
 
@@ -200,7 +202,8 @@ def cmd_bundle(args: argparse.Namespace) -> int:
                           "or: edgeship bundle verify FILE.zip")
     for b in api.bundle(args.target, args.model, input_shape=args.input_shape, out=args.out,
                         platforms=args.platform, variants=args.variants):
-        print(f"wrote {b.path}: {', '.join(row.name for row, _ in b.selection.chosen)}")
+        unpacked = f" and {b.folder}/ (unpacked)" if b.folder else ""
+        print(f"wrote {b.path}{unpacked}: {', '.join(row.name for row, _ in b.selection.chosen)}")
         for line in b.selection.warnings:
             print(f"warning: {line}")
     return 0

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgeship.fsutil import atomic_write_text
+from edgeship.webfiles import ort_web_version
 
 SCHEMA = 1
 TOOLCHAIN_DISTS = ("torch", "torchvision", "executorch", "torchao", "onnx", "onnxruntime", "onnxscript",
@@ -270,4 +271,7 @@ def toolchain_versions() -> dict[str, str]:
             out[dist] = version(dist)
         except PackageNotFoundError:
             continue
+    web = ort_web_version()
+    if web:
+        out["onnxruntime-web"] = web
     return out

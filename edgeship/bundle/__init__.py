@@ -1,6 +1,7 @@
-"""App bundles: one zip per platform (android, ios, jetson) with the chosen artifacts, their
-metadata, a loading snippet and a manifest of every file's sha256; checking, signing (Ed25519
-over the manifest, in a detached file) and safe extraction."""
+"""App bundles: one zip per platform (android, ios, jetson, web) with the chosen artifacts, their
+metadata, a loading snippet (web: a demo page and an ES module) and a manifest of every file's
+sha256; a web bundle also unpacked beside its zip; checking (a zip, or an unpacked folder in
+place), signing (Ed25519 over the manifest, in a detached file) and safe extraction."""
 from __future__ import annotations
 
 from edgeship.bundle.archive import BundleCheck, extract_bundle, sign_bundle, verify_bundle

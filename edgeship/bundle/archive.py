@@ -1,4 +1,5 @@
-"""Bundle zips: writing one with its manifest, checking one, signing one, and extracting one safely.
+"""Bundle zips: writing one with its manifest, checking one (or a bundle's unpacked folder, in
+place: folder.py), signing one, and extracting one safely.
 
 ``manifest.json`` lists every other file of the zip with its sha256 and size. A check reads
 every listed file back and compares; a file missing, changed, unlisted or unreadable (a damaged
@@ -20,10 +21,11 @@ import stat
 import zipfile
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from edgeship.bundle.folder import verify_folder
+from edgeship.bundle.manifest import MANIFEST, BundleCheck, parse_manifest, unsafe_name
 from edgeship.bundle.signing import (
     Signed,
     check_signature,
@@ -37,7 +39,6 @@ from edgeship.devices.hashing import sha256_file
 from edgeship.errors import BundleError, OutputError
 from edgeship.fsutil import atomic_output, atomic_write_text
 
-MANIFEST = "manifest.json"
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # zip entry times: the same inputs give the same bytes
 CHUNK = 1 << 20
 READ_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError)
@@ -51,28 +52,6 @@ MAX_TOTAL_BYTES = 32 << 30        # every file together
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_RATIO = 200                   # uncompressed / compressed
 RATIO_FLOOR_BYTES = 1 << 20       # the ratio is judged on files (and totals) larger than this
-
-
-@dataclass
-class BundleCheck:
-    """A bundle that passed its check: what it holds, and whether its signature was checked."""
-
-    path: Path
-    platform: str
-    files: int
-    bytes: int
-    manifest: dict[str, Any]
-    signature: Path | None = None  # the signature checked, or one lying beside the bundle unchecked
-    signed_by: str | None = None  # the key id of a checked signature
-
-    @property
-    def authenticity(self) -> str:
-        """One line for people: signed by whom, or integrity only and why."""
-        if self.signed_by:
-            return f"signature {self.signature} good, signed by {self.signed_by}"
-        if self.signature:
-            return f"integrity only: signature {self.signature} not checked (give --public-key)"
-        return "integrity only: not signed"
 
 
 def write_zip(dest: Path, entries: dict[str, bytes | Path], manifest: dict[str, Any]) -> Path:
@@ -121,14 +100,21 @@ def _info(name: str) -> zipfile.ZipInfo:
 
 
 def verify_bundle(path: Path, *, public_key: Path | None = None, signature: Path | None = None) -> BundleCheck:
-    """Check every file against manifest.json; BundleError naming the first file that differs.
+    """Check every file of a bundle zip, or of a bundle's unpacked folder, against manifest.json;
+    BundleError naming the first file that differs.
 
-    With ``public_key``, the signature (``signature``, default ``<bundle>.sig``) over the manifest
-    is checked first: missing, bad or by another key is a BundleError naming the signature file.
+    With ``public_key``, the signature (``signature``, default ``<bundle>.sig``; for a folder, the
+    zip's beside it: ``<folder>.zip.sig``) over the manifest is checked first: missing, bad or by
+    another key is a BundleError naming the signature file.
     """
-    path = Path(path)
+    return _verify_path(Path(path), public_key, signature)[0]
+
+
+def _verify_path(path: Path, public_key: Path | None, signature: Path | None) -> tuple[BundleCheck, bytes]:
+    if path.is_dir():
+        return verify_folder(path, public_key, signature, MAX_MANIFEST_BYTES)
     with _open(path) as zf:
-        return _verify(path, zf, public_key, signature)[0]
+        return _verify(path, zf, public_key, signature)
 
 
 def _verify(path: Path, zf: zipfile.ZipFile, public_key: Path | None,
@@ -139,7 +125,7 @@ def _verify(path: Path, zf: zipfile.ZipFile, public_key: Path | None,
     raw = _manifest_bytes(path, zf)
     sig_path = Path(signature) if signature else default_signature_path(path)
     signed = check_signature(sig_path, Path(public_key), raw) if public_key is not None else None
-    manifest = _manifest(path, raw)
+    manifest = parse_manifest(path, raw)
     names = [i.filename for i in zf.infolist()]
     listed = {f["path"]: f for f in manifest["files"]}
     for name in listed:
@@ -149,20 +135,18 @@ def _verify(path: Path, zf: zipfile.ZipFile, public_key: Path | None,
     extra = [n for n in names if n not in listed and n != MANIFEST and not n.endswith("/")]
     if extra:
         raise BundleError(f"{path}: {extra[0]}: in the bundle but not listed in {MANIFEST}")
-    check = BundleCheck(path, str(manifest.get("platform")), len(listed), sum(f["size"] for f in listed.values()),
-                        manifest, signature=sig_path if signed or sig_path.is_file() else None,
-                        signed_by=signed.key_id if signed else None)
-    return check, raw
+    return BundleCheck.of(path, manifest, sig_path, signed), raw
 
 
 def sign_bundle(path: Path, key: Path, *, signature: Path | None = None) -> Signed:
-    """Check a bundle, then write a detached Ed25519 signature over its manifest (default
-    ``<bundle>.sig``; a previous edgeship signature there is replaced, any other file is refused)."""
+    """Check a bundle (zip or unpacked folder), then write a detached Ed25519 signature over its
+    manifest (default ``<bundle>.sig``, for a folder ``<folder>.zip.sig``: the zip and its unpacked
+    folder hold the same manifest.json, so one signature covers both; a previous edgeship signature
+    there is replaced, any other file is refused)."""
     path = Path(path)
     private = load_private_key(Path(key))
     sig_path = Path(signature) if signature else default_signature_path(path)
-    with _open(path) as zf:
-        _, raw = _verify(path, zf, None, None)
+    _, raw = _verify_path(path, None, None)
     if sig_path.exists() or sig_path.is_symlink():
         try:
             read_signature(sig_path)
@@ -233,11 +217,7 @@ def check_entry_names(path: Path, zf: zipfile.ZipFile, dest: Path | None = None)
     seen: set[str] = set()
     for info in zf.infolist():
         name = info.filename
-        parts = PurePosixPath(name).parts
-        target = (root / name).resolve()
-        unsafe = (name.startswith("/") or "\\" in name or ".." in parts or (parts and ":" in parts[0])
-                  or not target.is_relative_to(root))
-        if unsafe:
+        if unsafe_name(name, root):
             raise BundleError(f"{path}: entry {name!r} would be written outside the destination folder; refused")
         if stat.S_ISLNK(info.external_attr >> 16):
             raise BundleError(f"{path}: entry {name!r} is a symbolic link; refused")
@@ -303,7 +283,8 @@ def _open(path: Path) -> zipfile.ZipFile:
     except FileNotFoundError:
         raise BundleError(f"{path}: file not found") from None
     except IsADirectoryError:
-        raise BundleError(f"{path}: is a folder, not a bundle zip") from None
+        raise BundleError(f"{path}: is a folder, not a bundle zip (an unpacked bundle is checked in place: "
+                          f"edgeship bundle verify {path})") from None
     except (zipfile.BadZipFile, OSError, EOFError) as e:
         raise BundleError(f"{path}: not a complete zip file ({e}): the bundle is truncated or damaged") from None
 
@@ -314,20 +295,6 @@ def _manifest_bytes(path: Path, zf: zipfile.ZipFile) -> bytes:
     except KeyError:
         raise BundleError(f"{path}: no {MANIFEST}: not an edgeship bundle") from None
     return b"".join(_stream(path, zf, info, MAX_MANIFEST_BYTES))
-
-
-def _manifest(path: Path, raw: bytes) -> dict[str, Any]:
-    try:
-        manifest = json.loads(raw)
-    except (ValueError, RecursionError) as e:
-        raise BundleError(f"{path}: {MANIFEST}: not valid JSON ({str(e)[:200]})") from None
-    files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, list) or not all(
-            isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("sha256"), str)
-            and type(f.get("size")) is int and f["size"] >= 0 for f in files):
-        raise BundleError(f"{path}: {MANIFEST}: needs a 'files' list of {{path, sha256, size}} entries "
-                          "(path and sha256 strings, size a whole number of bytes)")
-    return manifest
 
 
 def _check_file(path: Path, zf: zipfile.ZipFile, entry: dict[str, Any]) -> None:

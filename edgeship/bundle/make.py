@@ -1,6 +1,7 @@
 """One platform's bundle zip from a build: the chosen artifacts exactly as they were validated,
-the labels, model.json, a loading snippet (Kotlin, Swift), the device runner (jetson), a README
-and manifest.json with every file's sha256 and size, the toolchain and the validation results.
+the labels, model.json, a loading snippet (Kotlin, Swift), the device runner (jetson), the demo
+site (web: web.py), a README and manifest.json with every file's sha256 and size, the toolchain
+and the validation results. A web bundle is also written unpacked beside its zip, when asked.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from edgeship.bundle.metadata import model_json, runtime_needs
 from edgeship.bundle.platforms import PLATFORMS, Platform
 from edgeship.bundle.selection import Selection, select_variants
 from edgeship.bundle.snippets import readme, snippet
+from edgeship.bundle.web import refuse_foreign, unpack, web_site
 from edgeship.devices.base import HERE as DEVICE_DIR
 from edgeship.devices.base import RUNNER_FILES
 from edgeship.devices.hashing import sha256_file
@@ -46,25 +48,39 @@ class BundleInputs:
 
 @dataclass
 class Bundle:
-    """A written bundle and how its variants were chosen."""
+    """A written bundle, how its variants were chosen, and its unpacked folder (web) when written."""
 
     path: Path
     selection: Selection
+    folder: Path | None = None
 
 
 def make_bundles(inputs: BundleInputs) -> list[Bundle]:
-    """One zip per platform of the settings, in the build folder."""
-    return [make_bundle(PLATFORMS[name], inputs) for name in inputs.settings.platforms]
+    """One zip per platform of the settings, in the build folder; a web bundle also unpacked beside it."""
+    return [make_bundle(PLATFORMS[name], inputs, unpacked=True) for name in inputs.settings.platforms]
 
 
-def make_bundle(platform: Platform, inputs: BundleInputs) -> Bundle:
-    """Write ``<model>-<platform>.zip`` into the build folder (BundleError when nothing qualifies)."""
+def make_bundle(platform: Platform, inputs: BundleInputs, *, unpacked: bool = False) -> Bundle:
+    """Write ``<model>-<platform>.zip`` into the build folder (BundleError when nothing qualifies) and,
+    with ``unpacked`` for a platform that has one (web), the same files in ``<model>-<platform>/``.
+
+    A build stages only the zip: publishing a build moves top-level files and variant folders.
+    """
     sel = select_variants(platform, inputs.settings, inputs.profile, inputs.results)
+    dest = inputs.build_dir / f"{inputs.results.model.name}-{platform.name}.zip"
+    folder = dest.with_suffix("") if unpacked and platform.unpacked else None
+    if folder is not None:
+        refuse_foreign(folder)
     entries, artifacts = collect_artifacts(platform, inputs, sel)
     labels = read_labels(inputs)
     if labels:
         entries["labels.txt"] = ("\n".join(labels) + "\n").encode()
     meta = model_json(inputs.spec, inputs.results, inputs.settings, labels, artifacts)
+    entries.update(postprocess_files(inputs.spec, meta, platform.name))
+    doc = manifest(platform, inputs.results, sel, artifacts)
+    if platform.name == "web":
+        site, doc["onnxruntime_web"] = web_site(inputs.profile, inputs.spec, inputs.results, meta, sel.warnings)
+        entries.update(site)
     entries["model.json"] = (json.dumps(meta, indent=2) + "\n").encode()
     if platform.snippet:
         name, text = snippet(platform, meta, inputs.spec, sel)
@@ -72,11 +88,9 @@ def make_bundle(platform: Platform, inputs: BundleInputs) -> Bundle:
             entries[name] = text.encode()
     if platform.name == "jetson":
         entries.update(DEVICE_FILES)
-    entries.update(postprocess_files(inputs.spec, meta, platform.name))
-    dest = inputs.build_dir / f"{inputs.results.model.name}-{platform.name}.zip"
-    entries["README.md"] = readme(platform, inputs.results, sel, artifacts, dest.name).encode()
-    write_zip(dest, entries, manifest(platform, inputs.results, sel, artifacts))
-    return Bundle(dest, sel)
+    entries["README.md"] = readme(platform, inputs.results, sel, artifacts, dest.name, inputs.spec).encode()
+    write_zip(dest, entries, {**doc, "warnings": sel.warnings})
+    return Bundle(dest, sel, unpack(dest, folder) if folder is not None else None)
 
 
 def postprocess_files(spec: ModelSpec, meta: dict[str, Any], platform: str) -> dict[str, bytes | Path]:

@@ -42,6 +42,18 @@ def preprocessing(spec: ModelSpec) -> dict[str, Any]:
             "order": "resize to [height, width], center crop, scale to [0, 1], subtract mean, divide by std"}
 
 
+def takes_images(spec: ModelSpec) -> bool:
+    """Whether an app may give the model an image, prepared as the spec's ``[preprocess]`` says: the spec
+    declares preprocessing and has one float32 input of [batch, channels, height, width] (or NHWC) whose
+    channels are the colour mode's (3 for RGB, 1 for L)."""
+    p = spec.preprocess
+    if len(spec.inputs) != 1 or not any((p.resize, p.crop, p.mean, p.std)):
+        return False
+    inp = spec.inputs[0]
+    channels = inp.shape[1] if p.layout == "NCHW" else inp.shape[-1]
+    return inp.dtype == "float32" and len(inp.shape) == 4 and channels == (3 if p.color == "RGB" else 1)
+
+
 def output_info(results: Results, settings: BundleSettings, labels: list[str] | None) -> list[dict[str, Any]]:
     """Shape and dtype of the output as recorded in results.json, and what it means."""
     recorded = getattr(results.model, "outputs", None) or []
@@ -69,7 +81,8 @@ def runtime_needs(row: VariantResult, variant: Variant, toolchain: dict[str, str
     """What runs an artifact: the runtime, the version that wrote it and what it needs."""
     options = SPECS[variant.backend].parse_options(variant.options).model_dump()
     details = row.lowering.details
-    describe = {"executorch": _executorch, "pytorch-mobile": _mobile, "coreml": _coreml, "onnx": _onnx}
+    describe = {"executorch": _executorch, "pytorch-mobile": _mobile, "coreml": _coreml, "onnx": _onnx,
+                "onnx-web": _onnx_web}
     if variant.backend in describe:
         return describe[variant.backend](details, options, toolchain, row)
     return {"runtime": variant.backend, "options": options, "details": details}
@@ -116,3 +129,16 @@ def _onnx(details: dict[str, Any], options: dict[str, Any], toolchain: dict[str,
             "format": "QDQ (int8 QuantizeLinear/DequantizeLinear pairs)" if qdq else "float",
             "needs": f"a runtime that reads ONNX opset {opset}", "inputs": details.get("inputs"),
             "outputs": details.get("outputs")}
+
+
+def _onnx_web(details: dict[str, Any], options: dict[str, Any], toolchain: dict[str, str],
+              row: VariantResult) -> dict[str, Any]:
+    opset = details.get("opset")
+    measured = toolchain.get("onnxruntime-web")
+    return {"runtime": "onnxruntime-web (WebAssembly backend: SIMD, threads when the page is cross-origin isolated)",
+            "written_by": f"torch {toolchain.get('torch', 'unknown')}", "opset": opset,
+            "format": "QDQ (int8 QuantizeLinear/DequantizeLinear pairs)" if row.precision == "int8" else "float",
+            "build_toolchain": f"onnxruntime-web {measured}" if measured else None,
+            "needs": f"onnxruntime-web with the wasm backend, reading ONNX opset {opset} (the bundle serves its own "
+                     "copy from ort/)", "graph_optimization": options.get("graph_optimization"),
+            "inputs": details.get("inputs"), "outputs": details.get("outputs")}

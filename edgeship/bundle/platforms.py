@@ -4,7 +4,9 @@ android: ExecuTorch ``.pte`` (not delegated to an Apple-only backend) and PyTorc
 under ``assets/``, with a Kotlin loading snippet. ios: Core ML ``.mlpackage`` folders and
 ExecuTorch ``.pte`` under ``Models/``, with a Swift snippet. jetson: the ONNX (fp32 and QDQ)
 and TensorRT variants' whole folders (the engine is built on the device from what they hold),
-and the device runner.
+and the device runner. web: onnxruntime-web ``.onnx`` (onnx-web) under ``models/``, as a static
+site (a demo page, an ES module that loads and runs the model, onnxruntime-web's wasm files),
+written as a zip and, by ``edgeship bundle``, unpacked beside it.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ class Platform:
     folder: str
     snippet: str | None       # template under bundle/templates, rendered to the same name without .j2
     whole_folder: bool        # copy the variant's folder (scripts beside the model), not only the artifact
+    unpacked: bool = False    # also written as a folder beside the zip (a static site, ready to serve)
 
     def refuses(self, backend: str, options: dict[str, Any]) -> str | None:
         """None when this platform takes such an artifact, else why not."""
@@ -38,6 +41,7 @@ PLATFORMS: dict[str, Platform] = {
     "android": Platform("android", ("executorch", "pytorch-mobile"), "assets", "ModelLoader.kt.j2", False),
     "ios": Platform("ios", ("coreml", "executorch"), "Models", "ModelLoader.swift.j2", False),
     "jetson": Platform("jetson", ("onnx", "tensorrt"), "models", None, True),
+    "web": Platform("web", ("onnx-web",), "models", None, False, unpacked=True),
 }
 
 

@@ -3,8 +3,9 @@
 The manifest lists every other file of the bundle with its sha256 and size, and a check refuses
 any file that differs from it or is not listed, so a signature over the manifest's bytes vouches
 for the whole bundle. The signature sits in its own file (``<bundle>.zip.sig``), so the zip keeps
-the same bytes for the same inputs and a bundle can be signed after it was made. Ed25519 is
-deterministic: the same key and manifest give the same signature file.
+the same bytes for the same inputs and a bundle can be signed after it was made. A web bundle's
+unpacked folder holds the zip's manifest.json byte for byte, so the zip's signature covers it too.
+Ed25519 is deterministic: the same key and manifest give the same signature file.
 
 Keys: PEM (PKCS#8, e.g. ``openssl genpkey -algorithm ed25519``, or ``edgeship bundle keygen``) or
 OpenSSH (``ssh-keygen -t ed25519``); an encrypted private key takes its password from
@@ -51,7 +52,10 @@ class Signed:
 
 
 def default_signature_path(bundle: Path) -> Path:
-    """``model-android.zip`` -> ``model-android.zip.sig``."""
+    """``model-android.zip`` -> ``model-android.zip.sig``; a web bundle's unpacked folder ``model-web``
+    -> ``model-web.zip.sig``, its zip's (both hold the same manifest.json, so one signature covers both)."""
+    if bundle.is_dir():
+        return bundle.with_name(bundle.name + ".zip" + SUFFIX)
     return bundle.with_name(bundle.name + SUFFIX)
 
 

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from edgeship import __version__
+from edgeship.bundle.metadata import takes_images
 from edgeship.bundle.platforms import Platform
 from edgeship.bundle.selection import Selection
 from edgeship.results import Results
@@ -68,14 +69,14 @@ def identifier(name: str) -> str:
 
 
 def readme(platform: Platform, results: Results, sel: Selection, artifacts: list[dict[str, Any]],
-           zip_name: str) -> str:
+           zip_name: str, spec: ModelSpec) -> str:
     """The bundle's README.md: what is inside, how it measured, how to use it."""
     paths = {a["variant"]: a["path"] for a in artifacts}
     variants = [_summary(row, paths[row.name]) for row, _ in sel.chosen]
     return _env().get_template("README.md.j2").render(
         model=results.model.name, platform=platform.name, target=results.target, created=results.created,
         edgeship_version=__version__, zip_name=zip_name, selection=sel.rule, variants=variants,
-        left_out=sel.left_out, warnings=sel.warnings)
+        left_out=sel.left_out, warnings=sel.warnings, inputs=spec.inputs, image=takes_images(spec))
 
 
 def _summary(row: Any, path: str) -> dict[str, str]:

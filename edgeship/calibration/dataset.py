@@ -40,6 +40,16 @@ class Dataset:
             h.update(np.ascontiguousarray(array).tobytes())
         return h.hexdigest()
 
+    def inputs_sha256(self) -> str:
+        """sha256 of the inputs alone (names, dtypes, shapes, bytes): results.json's ``inputs_sha256``,
+        what --resume compares and a bundle's sample is checked against."""
+        h = hashlib.sha256()
+        for name in sorted(self.inputs):
+            a = np.ascontiguousarray(self.inputs[name])
+            h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+            h.update(a.tobytes())
+        return h.hexdigest()
+
     def batches(self, batch: int) -> list[dict[str, np.ndarray]]:
         """Consecutive batches of ``batch`` samples; the last one is padded by repeating its tail."""
         out = []

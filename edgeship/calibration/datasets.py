@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,14 @@ def _fit_input(array: np.ndarray, inp: InputSpec, source: str) -> np.ndarray:
         refuse_non_finite(fitted, f"{source}: input {inp.name!r}", f" after conversion to {inp.dtype} "
                           "(values beyond its range)")
     return fitted
+
+
+def evaluation_samples(source: str | Path | None, spec: ModelSpec, settings: Any) -> Dataset:
+    """The evaluation samples a build measures: ``source`` (the profile's or the spec's data) with the
+    profile's ``[evaluation]`` sample count and seed, else seeded random inputs."""
+    if source:
+        return load_dataset(source, spec, "evaluation").take(settings.samples, settings.seed)
+    return random_dataset(spec, settings.random_samples, settings.seed)
 
 
 def random_dataset(spec: ModelSpec, n: int, seed: int = 0, size: str = "opt") -> Dataset:

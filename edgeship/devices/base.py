@@ -19,6 +19,10 @@ RUNNER_FILES = {name: HERE / name for name in ("runner.py", "hashing.py", "tenso
 PROBE = HERE / "probe.py"
 # What `devices check` sends: the probe, and the runner it imports to list the runtimes.
 PROBE_FILES = {"probe.py": PROBE, **RUNNER_FILES}
+# The runtime that only a browser device runs (the onnx-web backend's).
+WEB_RUNTIME = "onnxruntime-web"
+BROWSER_ONLY = ('onnxruntime-web runs in a browser: measured on a device with transport = "browser" '
+                "(the built-in 'browser' device is this machine's Chromium)")
 # The host-only eager runtime (it needs edgeship), run as a module instead of runner.py.
 EAGER_MODULE = "edgeship.devices.eager"
 
@@ -139,6 +143,8 @@ class Device(ABC):
         backend's reason it cannot run on this machine, which matters only for local devices."""
         if job.runtime == "eager" and self.transport != "local":
             return "the eager float model runs only on the host (it needs edgeship and the model's source)"
+        if job.runtime == WEB_RUNTIME and self.transport != "browser":
+            return BROWSER_ONLY
         return host_unavailable if self.transport == "local" else None
 
     def close(self) -> None:  # noqa: B027 (a hook: most transports keep nothing open)

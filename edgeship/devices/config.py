@@ -1,4 +1,4 @@
-"""``devices.toml``: where artifacts are measured (this machine, ssh boards, adb phones).
+"""``devices.toml``: where artifacts are measured (this machine, ssh boards, adb phones, a browser).
 
     [devices.orin]
     transport = "ssh"
@@ -8,7 +8,8 @@
 
 Every entry is checked before a build starts: unknown keys, a bad transport, a missing identity
 or known_hosts file are one DeviceError (exit 2) naming the file, the key and what is allowed.
-``host`` (this machine) is always defined; a file may redefine it.
+``host`` (this machine) and ``browser`` (this machine's Chromium, for onnxruntime-web) are always
+defined; a file may redefine them.
 """
 from __future__ import annotations
 
@@ -128,15 +129,38 @@ class AdbConfig(RemoteSettings):
         return AdbDevice(name, self)
 
 
-CONFIGS: dict[str, type[StrictModel]] = {"local": LocalConfig, "ssh": SshConfig, "adb": AdbConfig}
+class BrowserConfig(StrictModel):
+    """A web browser on this machine: Chromium driven by playwright runs onnxruntime-web artifacts."""
+
+    transport: Literal["browser"] = Field(description="browser: Chromium on this machine, driven by playwright.")
+    executable: str | None = Field(
+        None, min_length=1, description="The Chromium to run; unset: /usr/bin/chromium, else chromium on PATH "
+                                        "(Debian's package; edgeship never downloads a browser).")
+    threads: int | None = Field(
+        None, ge=1, le=64, description="wasm threads when the profile's latency.threads is unset; unset: every "
+                                       "core the browser reports (navigator.hardwareConcurrency).")
+    headless: bool = Field(True, description="Run Chromium without a window.")
+    launch_timeout_s: float = Field(60.0, gt=0, description="Seconds Chromium may take to start.")
+
+    def device(self, name: str) -> Device:
+        from edgeship.devices.browser import BrowserDevice
+
+        return BrowserDevice(name, self)
+
+
+CONFIGS: dict[str, type[StrictModel]] = {"local": LocalConfig, "ssh": SshConfig, "adb": AdbConfig,
+                                         "browser": BrowserConfig}
+# Devices every build knows, devices file or not (a file may redefine them).
+BUILT_IN: dict[str, StrictModel] = {"host": LocalConfig(transport="local"),
+                                     "browser": BrowserConfig(transport="browser")}
 
 
 class DeviceSet:
-    """The devices a file defines, by name; ``host`` is always there."""
+    """The devices a file defines, by name; ``host`` and ``browser`` are always there."""
 
     def __init__(self, source: str, configs: dict[str, Any]) -> None:
         self.source = source
-        self.configs = {"host": LocalConfig(transport="local"), **configs}
+        self.configs = {**BUILT_IN, **configs}
 
     @property
     def names(self) -> list[str]:

@@ -6,11 +6,12 @@ from edgeship.lowering.coreml import CoremlBackend
 from edgeship.lowering.executorch import ExecutorchBackend
 from edgeship.lowering.mobile import PytorchMobileBackend
 from edgeship.lowering.onnx import OnnxBackend
+from edgeship.lowering.onnx_web import OnnxWebBackend
 from edgeship.lowering.registry import SPECS
 from edgeship.lowering.tensorrt import TensorrtBackend
 
 BACKENDS: dict[str, Backend] = {cls.name: cls() for cls in (
-    PytorchMobileBackend, ExecutorchBackend, OnnxBackend, TensorrtBackend, CoremlBackend)}
+    PytorchMobileBackend, ExecutorchBackend, OnnxBackend, OnnxWebBackend, TensorrtBackend, CoremlBackend)}
 
 if set(BACKENDS) != set(SPECS):  # a declaration without an implementation, or the reverse
     raise RuntimeError(f"declared backends {sorted(SPECS)} differ from implemented {sorted(BACKENDS)}")

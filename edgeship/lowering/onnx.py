@@ -12,6 +12,7 @@ import contextlib
 import io
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,44 @@ from edgeship.quantize.settings import QuantizationSettings
 DYNAMO_MIN_OPSET = 18
 
 
-class OnnxBackend(OnnxSpec, Backend):
+class OnnxLowering:
+    """How the ONNX backends (onnx, onnx-web) lower: export, or export then quantize; checked. A
+    backend says how its int8 picks ``reduce_range`` (``choose_int8``), what else it refuses
+    (``check_model``) and how it runs the spec's sizes (``check_sizes``)."""
+
+    def wants_dynamic_batch(self, options: Any) -> bool:
+        return bool(options.dynamic_batch)
+
+    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
+        return {"graph_optimization": options.graph_optimization}
+
+    def choose_int8(self, request: LowerRequest) -> tuple[bool, str, dict]:
+        return choose_for_cpus(request)
+
+    def check_model(self, model: Any) -> None:
+        """Refuse a checked model this backend's runtime cannot load (LoweringError); default: none."""
+
+    def check_sizes(self, request: LowerRequest) -> str | None:
+        """The artifact run at the spec's min, opt and max sizes; a note, or None when not run here."""
+        raise NotImplementedError
+
+    def lower(self, request: LowerRequest) -> Artifact:
+        onnx = require("onnx", self.name)
+        notes, details = [], {}
+        if request.variant.precision == "int8":
+            quantized = lower_int8(request, choose=self.choose_int8)
+            notes, details = list(quantized.notes), {"quantization": quantized.details}
+        else:
+            export_onnx(request.captured, request.options.opset, request.options.dynamic_batch, request.dest)
+        model = onnx.load(str(request.dest), load_external_data=False)
+        onnx.checker.check_model(str(request.dest))
+        self.check_model(model)
+        if request.captured.dynamic:
+            notes += [note for note in [self.check_sizes(request)] if note]
+        return Artifact(request.dest, notes, {**graph_details(model), **details})
+
+
+class OnnxBackend(OnnxLowering, OnnxSpec, Backend):
     """Exports with the dynamo (export) or TorchScript (trace, script) exporter; int8 by ONNX Runtime."""
 
     def available(self, options: Any = None) -> str | None:
@@ -39,32 +77,19 @@ class OnnxBackend(OnnxSpec, Backend):
             return str(e)
         return None
 
-    def wants_dynamic_batch(self, options: Any) -> bool:
-        return bool(options.dynamic_batch)
-
-    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
-        return {"graph_optimization": options.graph_optimization}
-
-    def lower(self, request: LowerRequest) -> Artifact:
-        onnx = require("onnx", self.name)
-        notes, details = [], {}
-        if request.variant.precision == "int8":
-            quantized = lower_int8(request)
-            notes, details = list(quantized.notes), {"quantization": quantized.details}
-        else:
-            export_onnx(request.captured, request.options.opset, request.options.dynamic_batch, request.dest)
-        model = onnx.load(str(request.dest), load_external_data=False)
-        onnx.checker.check_model(str(request.dest))
-        if request.captured.dynamic and self.available() is None:
-            fp32 = request.variant.precision == "fp32"
-            notes.append(check_sizes(request.captured, self.load(request.dest, request.options, threads=1),
-                                     **({} if fp32 else {"min_sqnr_db": None})))
-        return Artifact(request.dest, notes, {**graph_details(model), **details})
+    def check_sizes(self, request: LowerRequest) -> str | None:
+        if self.available() is not None:
+            return None
+        fp32 = request.variant.precision == "fp32"
+        return check_sizes(request.captured, self.load(request.dest, request.options, threads=1),
+                           **({} if fp32 else {"min_sqnr_db": None}))
 
 
-def lower_int8(request: LowerRequest) -> Quantized:
-    """Export the float model to a temporary file, then quantize it into ``request.dest``; static
-    int8's ``reduce_range`` is the profile's, else chosen for the target CPUs (``request.cpus``)."""
+def lower_int8(request: LowerRequest, choose: Callable[[LowerRequest], tuple[bool, str, dict]] | None = None
+               ) -> Quantized:
+    """Export the float model to a temporary file, then quantize it into ``request.dest``. Static
+    int8's ``reduce_range`` comes from ``choose`` (default: the profile's, else chosen for the
+    target CPUs, ``request.cpus``), which returns it, why, and details to record."""
     settings = request.variant.quantization or QuantizationSettings()
     with tempfile.TemporaryDirectory(prefix="edgeship-onnx-") as work:
         fp32 = Path(work) / "fp32.onnx"
@@ -72,8 +97,7 @@ def lower_int8(request: LowerRequest) -> Quantized:
         if settings.scheme == "dynamic":
             return quantize_dynamic_onnx(fp32, request.dest, per_channel=settings.per_channel)
         data = request.calibration().take(settings.samples, settings.seed or 0)
-        cpus = this_machine() if request.cpus is None else request.cpus
-        reduce_range, why = choose_reduce_range(request.options.reduce_range, request.options.activations, cpus)
+        reduce_range, why, chosen = (choose or choose_for_cpus)(request)
         quantized = quantize_qdq(fp32, request.dest, data, activations=request.options.activations,
                                  reduce_range=reduce_range,
                                  per_channel=settings.per_channel,
@@ -81,8 +105,15 @@ def lower_int8(request: LowerRequest) -> Quantized:
                                  percentile=settings.percentile, keep_float=settings.keep_float,
                                  sensitivity=settings.sensitivity, cache=request.cache)
     quantized.notes.append(why)
-    quantized.details.update(reduce_range_reason=why, cpus=cpu_details(cpus))
+    quantized.details.update(reduce_range_reason=why, **chosen)
     return quantized
+
+
+def choose_for_cpus(request: LowerRequest) -> tuple[bool, str, dict]:
+    """``reduce_range`` as the profile sets it, else from the CPUs the artifact will run on."""
+    cpus = this_machine() if request.cpus is None else request.cpus
+    reduce_range, why = choose_reduce_range(request.options.reduce_range, request.options.activations, cpus)
+    return reduce_range, why, {"cpus": cpu_details(cpus)}
 
 
 def export_onnx(captured: Captured, opset: int, dynamic_batch: bool, dest: Path) -> None:

@@ -168,6 +168,38 @@ class OnnxSpec(BackendSpec):
                               "are ARM.")
 
 
+# What fp16 does in onnxruntime-web's wasm backend, measured in Chromium (docs/ARCHITECTURE.md, Browser).
+WEB_FP16_REFUSAL = ("precision \"fp16\" is refused for onnx-web: onnxruntime-web's wasm backend has few fp16 CPU "
+                    "kernels, so an fp16 model runs fp32 between inserted Casts; measured in Chromium it was no "
+                    "faster than web-fp32 (see docs/ARCHITECTURE.md, Browser); ship web-fp32, or web-int8 for a "
+                    "smaller file")
+
+
+class OnnxWebSpec(BackendSpec):
+    """onnxruntime-web: an ``.onnx`` for the browser's WebAssembly backend, run in Chromium."""
+
+    name = "onnx-web"
+    suffix = ".onnx"
+    runtime = "onnxruntime-web"
+    capture_methods = ("export", "trace", "script")
+    precisions = ("fp32", "fp16", "int8")
+    quantization = ONNX_QUANTIZATION
+    dynamic_shapes = None  # the same free dimensions as the onnx backend; wasm sessions take any size
+
+    class Options(OnnxSpec.Options):
+        """Options of the onnx-web backend: the onnx backend's, with the browser's defaults."""
+
+        opset: int = Field(20, ge=7, le=21, description="ONNX opset (onnxruntime-web 1.30 runs opsets 7-21).")
+        dynamic_batch: bool = Field(False, description="Leave the batch dimension free (named 'batch').")
+        reduce_range: bool = Field(
+            False, description="int8 static: 7-bit weights. Off: the wasm SIMD int8 kernels widen to 16 bits "
+                               "before they add, so 8-bit weights do not saturate there.")
+
+    @classmethod
+    def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        return [WEB_FP16_REFUSAL] if precision == "fp16" else []
+
+
 class TensorrtSpec(BackendSpec):
     """TensorRT: the ONNX model an engine is built from on the device, and the builder settings."""
 

@@ -53,7 +53,7 @@ def bundle_all(plan: Plan, results: Results, progress: Progress, folder: Path | 
     for name in plan.profile.bundle.platforms:
         with progress.step(f"bundle {name}") as status:
             try:
-                bundle = make_bundle(PLATFORMS[name], inputs)
+                bundle = make_bundle(PLATFORMS[name], inputs, unpacked=True)
             except BundleError as e:
                 status.update(warn="1", result=f"no bundle: {e}")
                 continue

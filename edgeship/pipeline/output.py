@@ -195,7 +195,9 @@ class BuildFolder:
                      if "/" not in rel and rel not in STATE and rel not in files and (self.root / rel).is_file()]
         atomic_write_text(self.root / INCOMPLETE, BuildFiles(build_key, files, kept).dump())
         self._retract(known)
-        for name in variants:
+        # variant folders, and the other folders the build staged (a web bundle's unpacked site)
+        extra = [p.name for p in sorted(self.staged.iterdir()) if p.is_dir() and p.name not in variants]
+        for name in variants + extra:
             messages += self._merge_variant(name, known, files)
         for folder in stale:
             remove_path(self.root / folder)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from edgeship.cache import ROOT_ENV, default_cache
 from edgeship.config import usable_folder
-from edgeship.devices import Device, LocalDevice
+from edgeship.devices import Device
 from edgeship.errors import DeviceError, ProfileError, did_you_mean
 from edgeship.profile import Profile, load_profile
 from edgeship.profile.checks import dynamic_shape_problems
@@ -76,13 +76,15 @@ def make_plan(request: BuildRequest) -> Plan:
 
 def resolve_devices(request: BuildRequest, defaults: list[str] | None = None) -> list[Device]:
     """The devices to measure on: --device names, else the profile's ``devices``, else 'host'.
-    Without a devices file only 'host' is known (the profile's devices then need --devices)."""
-    if request.devices_file is not None:
-        from edgeship.devices.config import load_devices
+    Without a devices file only the built-in devices are known ('host', 'browser'); a profile whose
+    devices are not all built in then measures on 'host' (its devices need --devices)."""
+    from edgeship.devices.config import BUILT_IN, DeviceSet, load_devices
 
+    if request.devices_file is not None:
         return load_devices(request.devices_file).select(request.device_names or defaults or ["host"])
-    unknown = [n for n in request.device_names if n != "host"]
+    unknown = [n for n in request.device_names if n not in BUILT_IN]
     if unknown:
-        raise DeviceError(f"--device {unknown[0]}: unknown device; without --devices FILE only 'host' "
-                          f"is known{did_you_mean(unknown[0], ['host'])}")
-    return [LocalDevice("host")]
+        raise DeviceError(f"--device {unknown[0]}: unknown device; without --devices FILE only "
+                          f"{' and '.join(repr(n) for n in BUILT_IN)} are known{did_you_mean(unknown[0], BUILT_IN)}")
+    built_in = defaults if defaults and all(n in BUILT_IN for n in defaults) else ["host"]
+    return DeviceSet("the built-in devices", {}).select(request.device_names or built_in)

@@ -15,7 +15,8 @@ from typing import Any
 from rich.markup import escape
 
 from edgeship.cache import Cache, default_cache
-from edgeship.calibration import Dataset, load_dataset, random_dataset
+from edgeship.calibration import Dataset
+from edgeship.calibration.datasets import evaluation_samples
 from edgeship.calibration.provider import calibration_data, calibration_variants
 from edgeship.devices import Job
 from edgeship.devices.cpu import cpu_facts
@@ -188,11 +189,7 @@ def calibration_stage(plan: Plan, progress: Progress) -> Dataset | None:
 
 def evaluation_data(plan: Plan) -> Dataset:
     """The evaluation samples: the profile's or spec's data, else seeded random inputs."""
-    settings = plan.profile.evaluation
-    if plan.evaluation_source:
-        data = load_dataset(plan.evaluation_source, plan.spec, "evaluation")
-        return data.take(settings.samples, settings.seed)
-    return random_dataset(plan.spec, settings.random_samples, settings.seed)
+    return evaluation_samples(plan.evaluation_source, plan.spec, plan.profile.evaluation)
 
 
 def batch_size(model: LazyModel) -> int:

@@ -27,6 +27,10 @@ def test_platforms_take_only_their_artifacts() -> None:
     assert "runs only on Apple platforms" in android.refuses("executorch", {"partitioner": "coreml"})
     assert ios.refuses("coreml", {}) is None and ios.refuses("executorch", {"partitioner": "coreml"}) is None
     assert jetson.refuses("tensorrt", {}) is None and "not pytorch-mobile" in jetson.refuses("pytorch-mobile", {})
+    web = PLATFORMS["web"]
+    assert web.refuses("onnx-web", {}) is None
+    assert web.refuses("onnx", {}) == "web bundles take onnx-web artifacts, not onnx"
+    assert "not onnx-web" in jetson.refuses("onnx-web", {}) and web.unpacked and not jetson.unpacked
 
 
 def test_profile_bundle_section_loads(tmp_path: Path) -> None:
@@ -41,7 +45,9 @@ def test_profile_bundle_section_loads(tmp_path: Path) -> None:
     ('platforms = ["android"]\nvariants = ["pt"]', 'bundle.variants[0] = "pt": no such variant'),
     ('platforms = ["android"]\nvariants = ["ort"]',
      'bundle.platforms[0] = "android": no variant of this profile goes into it'),
-    ('platforms = ["windows"]', 'bundle.platforms[0] = "windows": not allowed; one of: android, ios, jetson'),
+    ('platforms = ["windows"]', 'bundle.platforms[0] = "windows": not allowed; one of: android, ios, jetson, web'),
+    ('platforms = ["web"]', 'bundle.platforms[0] = "web": no variant of this profile goes into it; web bundles '
+                            'take onnx-web artifacts'),
     ('platforms = ["android"]\nvariant = "fastest"', 'unknown key bundle.variant (did you mean "variants"?)'),
 ])
 def test_profile_bundle_mistakes_exit_2_before_any_work(tmp_path: Path, section: str, message: str) -> None:

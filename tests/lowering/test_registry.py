@@ -13,7 +13,7 @@ from edgeship.lowering.base import Backend
 from edgeship.lowering.registry import SPECS, BackendSpec
 from edgeship.quantize.settings import QuantizationSupport
 
-MODULE_FOR = {"pytorch-mobile": "mobile"}
+MODULE_FOR = {"pytorch-mobile": "mobile", "onnx-web": "onnx_web"}
 PRECISIONS = {"fp32", "fp16", "bf16", "int8", "w8"}
 CAPTURE_METHODS = {"export", "trace", "script"}
 
