@@ -8,7 +8,8 @@ DEVICES ?=
 DEVICE ?=
 
 .DEFAULT_GOAL := build
-.PHONY: build setup lint test test-slow test-all bench bench-quant zoo clean
+WEB    := web/node_modules/.installed
+.PHONY: build setup lint test test-slow test-all bench bench-quick bench-quant bench-ceiling bench-web-settings zoo clean
 
 # The sentinel is rebuilt when .venv is missing or pyproject.toml changed.
 $(VENV)/.installed: pyproject.toml
@@ -17,29 +18,48 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
 
-setup: $(VENV)/.installed
+# onnxruntime-web (pinned in web/package-lock.json) for the browser device and web bundles. Without
+# npm the browser's rows say so (Debian: apt-get install npm).
+$(WEB): web/package.json web/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		cd web && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error && touch node_modules/.installed; \
+	else echo "npm not found: onnxruntime-web not installed (apt-get install npm); browser rows will say so"; fi
 
-build: $(VENV)/.installed
+setup: $(VENV)/.installed $(WEB)
+
+build: $(VENV)/.installed $(WEB)
 	$(BIN)/edgeship build --target $(target) $(if $(MODEL),--model $(MODEL)) \
 		$(if $(DEVICES),--devices $(DEVICES)) $(foreach d,$(DEVICE),--device $(d))
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check edgeship tests benchmarks
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(WEB)
 	$(BIN)/python -m pytest -q -m "not slow"
 
-test-slow: $(VENV)/.installed
+test-slow: $(VENV)/.installed $(WEB)
 	$(BIN)/python -m pytest -q -m slow
 
-test-all: $(VENV)/.installed
+test-all: $(VENV)/.installed $(WEB)
 	$(BIN)/python -m pytest -q
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed $(WEB)
 	$(BIN)/python benchmarks/bench.py
+
+# Day-to-day: resnet18 on the host profile only, fewer rounds.
+bench-quick: $(VENV)/.installed
+	$(BIN)/python benchmarks/bench.py --models resnet18 --profiles host --rounds 5 --max-rounds 9 --web ""
 
 bench-quant: $(VENV)/.installed
 	$(BIN)/python benchmarks/quantization.py
+
+# resnet18's int8 GEMMs at their own shapes: the speed-up over eager no int8 variant can pass here.
+bench-ceiling: $(VENV)/.installed
+	$(BIN)/python benchmarks/ceiling.py
+
+# The web profile's int8 form (U8S8/S8S8, per-channel/per-tensor) and fp16, measured in Chromium.
+bench-web-settings: $(VENV)/.installed $(WEB)
+	$(BIN)/python benchmarks/web_settings.py
 
 # Every zoo model (examples/zoo, transformers, detection) for every target; takes hours on 2 cores.
 zoo: $(VENV)/.installed

@@ -22,6 +22,7 @@ import numpy as np
 
 WARMUP = 10
 SETTLE_S = 0.1
+BLOCK_SECONDS, MIN_BLOCK = 0.3, 5
 
 
 def runner_loader(runtime: str, path: str | None, options: dict, threads: int | None) -> Callable:
@@ -31,49 +32,96 @@ def runner_loader(runtime: str, path: str | None, options: dict, threads: int | 
     return open_runner(runtime, path, options, threads).infer
 
 
+class Timing:
+    """Every job loaded in ``processes`` worker processes of its own (spawned), then timed in
+    interleaved rounds: each round runs ``block`` inferences on every worker, in a seeded random
+    order. A job is ``("module:function", args)``: the function, called in the worker with
+    ``args``, returns a callable that runs one inference on ``inputs`` (or, for a runtime timed
+    where it runs, an object whose ``time_runs(n)`` returns n times in ms). The workers stay up, so
+    rounds can be added for some jobs (where a comparison is still too noisy to call)."""
+
+    def __init__(self, jobs: dict[str, tuple[str, tuple]], inputs: list[np.ndarray], processes: int = 1) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.pipes: dict[tuple[str, int], Any] = {}
+        for name, (loader, args) in jobs.items():
+            for k in range(processes):
+                parent, child = context.Pipe()
+                context.Process(target=_worker, args=(child, loader, args, inputs), daemon=True).start()
+                self.pipes[name, k] = parent
+        self.failed: dict[str, str] = {}
+        for (name, k), pipe in list(self.pipes.items()):
+            reply = pipe.recv()
+            if reply != "ready":
+                self.failed[name] = reply
+                del self.pipes[name, k]
+        for key in [key for key in self.pipes if key[0] in self.failed]:  # a job counts only if all its workers load
+            self.pipes.pop(key).send(0)
+        for name, reason in self.failed.items():
+            print(f"  {name}: could not be loaded for timing: {reason}", flush=True)
+        # per round: job -> worker -> that worker's median (ms) in the round
+        self.log: list[dict[str, dict[int, float]]] = []
+        self._order = random.Random(0)
+        self.names = list(dict.fromkeys(name for name, _ in self.pipes))  # the jobs that loaded
+
+    def run(self, rounds: int, block: int, names: list[str] | None = None) -> None:
+        """``rounds`` more rounds of the jobs ``names`` (default: all), each job timed ``block``
+        times a round, or fewer for a slow one once its time is known (BLOCK_SECONDS a round, at
+        least MIN_BLOCK runs): a round's median needs a few runs, not fifteen of a 60 ms model."""
+        keys = [key for key in self.pipes if names is None or key[0] in names]
+        for _ in range(rounds):
+            # A fresh seeded order each round: no job always follows the same neighbour (whose
+            # thread pool may still be spinning down) or always comes first.
+            record: dict[str, dict[int, float]] = {}
+            for key in self._order.sample(keys, len(keys)):
+                time.sleep(SETTLE_S)  # let the previous worker's spinning thread pool go idle
+                self.pipes[key].send(self._block(key[0], block))
+                record.setdefault(key[0], {})[key[1]] = statistics.median(self.pipes[key].recv())
+            self.log.append(record)
+
+    def _block(self, name: str, block: int) -> int:
+        p50 = self.p50(name)
+        return block if p50 is None else max(MIN_BLOCK, min(block, round(BLOCK_SECONDS * 1e3 / p50)))
+
+    def paired(self, a: str, b: str) -> tuple[list[float], list[float]]:
+        """Both jobs' medians (over their workers) in every round they both ran in, in order."""
+        both = [r for r in self.log if a in r and b in r]
+        return ([statistics.median(r[a].values()) for r in both], [statistics.median(r[b].values()) for r in both])
+
+    def p50(self, name: str) -> float | None:
+        """The median of every round median of every worker of the job (ms); None if it failed."""
+        values = [v for r in self.log for v in r.get(name, {}).values()]
+        return statistics.median(values) if values else None
+
+    def spread(self, name: str) -> float:
+        """(slowest - fastest worker's median) / the job's median: how much processes differ."""
+        workers: dict[int, list[float]] = {}
+        for r in self.log:
+            for k, value in r.get(name, {}).items():
+                workers.setdefault(k, []).append(value)
+        per_worker = [statistics.median(values) for values in workers.values()]
+        return (max(per_worker) - min(per_worker)) / self.p50(name) if len(per_worker) > 1 else 0.0
+
+    def close(self) -> None:
+        for pipe in self.pipes.values():
+            pipe.send(0)
+        self.pipes = {}
+
+
 def interleaved(jobs: dict[str, tuple[str, tuple]], inputs: list[np.ndarray], rounds: int = 7,
                 block: int = 20, processes: int = 1, spread: dict[str, float] | None = None) -> dict[str, float]:
-    """Median p50 (ms) per job. A job is ``("module:function", args)``: the function, called in
-    the worker with ``args``, returns a callable that runs one inference on ``inputs``. With
-    ``processes`` > 1 each job runs in that many workers, all interleaved; ``spread`` (when given)
-    gets, per job, (slowest - fastest worker's median) / the job's median."""
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
-    pipes = {}
-    for name, (loader, args) in jobs.items():
-        for k in range(processes):
-            parent, child = context.Pipe()
-            context.Process(target=_worker, args=(child, loader, args, inputs), daemon=True).start()
-            pipes[name, k] = parent
-    failed = {}
-    for (name, k), pipe in list(pipes.items()):
-        reply = pipe.recv()
-        if reply != "ready":
-            failed[name] = reply
-            del pipes[name, k]
-    for key in [key for key in pipes if key[0] in failed]:  # a job counts only if all its workers loaded
-        pipes.pop(key).send(0)
-    medians: dict[tuple[str, int], list[float]] = {key: [] for key in pipes}
-    order = random.Random(0)
-    for _ in range(rounds):
-        # A fresh seeded order each round: no candidate always follows the same neighbour (whose
-        # thread pool may still be spinning down) or always comes first.
-        for key in order.sample(list(pipes), len(pipes)):
-            time.sleep(SETTLE_S)  # let the previous worker's spinning thread pool go idle
-            pipes[key].send(block)
-            medians[key].append(statistics.median(pipes[key].recv()))
-    for pipe in pipes.values():
-        pipe.send(0)
-    out: dict[str, Any] = {}
-    for name in dict.fromkeys(key[0] for key in pipes):
-        per_worker = [statistics.median(values) for (n, _), values in medians.items() if n == name]
-        out[name] = statistics.median([v for (n, _), values in medians.items() if n == name for v in values])
-        if spread is not None:
-            spread[name] = (max(per_worker) - min(per_worker)) / out[name]
-    out.update({name: None for name in failed})
-    for name, reason in failed.items():
-        print(f"  {name}: could not be loaded for timing: {reason}", flush=True)
+    """Median p50 (ms) per job over ``rounds`` interleaved rounds (``Timing``); None for a job that
+    could not be loaded. ``spread`` (when given) gets each job's worker spread."""
+    timing = Timing(jobs, inputs, processes)
+    try:
+        timing.run(rounds, block)
+    finally:
+        timing.close()
+    out: dict[str, Any] = {name: timing.p50(name) for name in timing.names}
+    if spread is not None:
+        spread.update({name: timing.spread(name) for name in timing.names})
+    out.update({name: None for name in timing.failed})
     return out
 
 
@@ -96,6 +144,9 @@ def _worker(conn, loader: str, args: tuple, inputs: list[np.ndarray]) -> None:
         return
     conn.send("ready")
     while n := conn.recv():
+        if hasattr(predict, "time_runs"):  # a runtime that times itself where it runs (a browser page)
+            conn.send(predict.time_runs(n))
+            continue
         times = []
         for _ in range(n):
             start = time.perf_counter_ns()
@@ -104,20 +155,54 @@ def _worker(conn, loader: str, args: tuple, inputs: list[np.ndarray]) -> None:
         conn.send(times)
 
 
-def peak_fp32_gflops(repeats: int = 5) -> float:
+def machine_peaks() -> dict[str, float]:
+    """The fp32 and int8 GEMM peaks, each measured in a fresh process of its own: a runtime's
+    thread pool still spinning from one kernel halves the next one's rate (the int8 peak read
+    436 GOP/s right after XNNPACK's fp32 run in the same process, 809 GOP/s on its own)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    peaks = {}
+    for key, fn in (("int8_gops", peak_int8_gops), ("fp32_gflops", peak_fp32_gflops)):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            peaks[key] = pool.submit(fn).result()
+    return peaks
+
+
+def peak_fp32_gflops(repeats: int = 10) -> float:
     """The machine's fp32 limit: the best n x n x n matrix multiply, in GFLOP/s, over torch.mm
-    (MKL/oneDNN) and ONNX Runtime's MatMul (MLAS), n = 1024 and 2048."""
+    (MKL/oneDNN), ONNX Runtime's MatMul (MLAS) and XNNPACK's (an ExecuTorch Linear), n = 1024 and
+    2048. (With torch.mm and MLAS alone the limit read 152 GFLOP/s while XNNPACK's convolutions ran
+    resnet18 at 194.)"""
     import torch
 
     best = 0.0
     for n in (1024, 2048):
         a, b = torch.randn(n, n), torch.randn(n, n)
         best = max(best, _rate(n, lambda a=a, b=b: torch.mm(a, b), repeats),
-                   _rate(n, _ort_matmul(n, "float32"), repeats))
+                   _rate(n, _ort_matmul(n, "float32"), repeats), _rate(n, _xnnpack_matmul(n), repeats))
     return best
 
 
-def peak_int8_gops(repeats: int = 5) -> float:
+def _xnnpack_matmul(n: int) -> Callable[[], object]:
+    """One n x n Linear (no bias) on an n x n input, lowered to XNNPACK and run by ExecuTorch."""
+    import tempfile
+
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    linear, x = torch.nn.Linear(n, n, bias=False).eval(), torch.randn(n, n)
+    program = to_edge_transform_and_lower(torch.export.export(linear, (x,)), partitioner=[XnnpackPartitioner()])
+    with tempfile.NamedTemporaryFile(suffix=".pte") as f:
+        f.write(program.to_executorch().buffer)
+        f.flush()
+        method = Runtime.get().load_program(f.name).load_method("forward")
+    return lambda: method.execute([x])
+
+
+def peak_int8_gops(repeats: int = 10) -> float:
     """The machine's int8 limit: the best n x n x n int8 GEMM, in GOP/s, over PyTorch's x86
     quantized linear (fbgemm) and ONNX Runtime's MatMulInteger (MLAS), n = 1024 and 2048.
     (torch._int_mm on the CPU is a slow reference kernel, so it is not the limit.)"""
@@ -135,23 +220,29 @@ def peak_int8_gops(repeats: int = 5) -> float:
 
 
 def _ort_matmul(n: int, kind: str) -> Callable[[], object]:
-    """One ONNX Runtime MatMul (float32) or MatMulInteger (uint8 x int8) with a constant right side."""
+    """One n x n x n ONNX Runtime MatMul (float32) or MatMulInteger (uint8 x int8)."""
+    return _ort_gemm(n, n, n, kind)
+
+
+def _ort_gemm(m: int, k: int, n: int, kind: str) -> Callable[[], object]:
+    """One ONNX Runtime MatMul (float32) or MatMulInteger (uint8 x int8) of an m x k input by a
+    constant k x n right side."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
     rng = np.random.default_rng(0)
     if kind == "float32":
-        a_type, b_array, out_type, op = (TensorProto.FLOAT, rng.random((n, n), dtype=np.float32),
+        a_type, b_array, out_type, op = (TensorProto.FLOAT, rng.random((k, n), dtype=np.float32),
                                          TensorProto.FLOAT, "MatMul")
-        a = rng.random((n, n), dtype=np.float32)
+        a = rng.random((m, k), dtype=np.float32)
     else:
-        a_type, b_array, out_type, op = (TensorProto.UINT8, rng.integers(-128, 127, (n, n), dtype=np.int8),
+        a_type, b_array, out_type, op = (TensorProto.UINT8, rng.integers(-128, 127, (k, n), dtype=np.int8),
                                          TensorProto.INT32, "MatMulInteger")
-        a = rng.integers(0, 255, (n, n), dtype=np.uint8)
-    b = helper.make_tensor("B", helper.np_dtype_to_tensor_dtype(b_array.dtype), [n, n], b_array.tobytes(), raw=True)
-    graph = helper.make_graph([helper.make_node(op, ["A", "B"], ["Y"])], "peak",
-                              [helper.make_tensor_value_info("A", a_type, [n, n])],
-                              [helper.make_tensor_value_info("Y", out_type, [n, n])], [b])
+        a = rng.integers(0, 255, (m, k), dtype=np.uint8)
+    b = helper.make_tensor("B", helper.np_dtype_to_tensor_dtype(b_array.dtype), [k, n], b_array.tobytes(), raw=True)
+    graph = helper.make_graph([helper.make_node(op, ["A", "B"], ["Y"])], "gemm",
+                              [helper.make_tensor_value_info("A", a_type, [m, k])],
+                              [helper.make_tensor_value_info("Y", out_type, [m, n])], [b])
     session = ort.InferenceSession(
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(),
         providers=["CPUExecutionProvider"])
