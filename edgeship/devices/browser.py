@@ -359,6 +359,11 @@ class PageSession:
             _link_or_copy(dist / name, site / "ort" / name)
         check_sha256(str(job.artifact), job.sha256)
         _link_or_copy(job.artifact, site / "model.onnx")
+        # weights the exporter wrote beside the model (ONNX external data), served under the name
+        # the model refers to them by
+        external = [p.name for p in job.artifact.parent.glob(f"{job.artifact.name}.data")]
+        for name in external:
+            _link_or_copy(job.artifact.parent / name, site / name)
         with np.load(job.inputs, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
         data, self.samples = batches(arrays, job.input_names, job.batch)
@@ -372,7 +377,8 @@ class PageSession:
                 files[-1].append(f"inputs/{path.name}")
         inputs = [{"name": name, "dtype": _dtype(a), "shape": list(a.shape)}
                   for name, a in zip(job.input_names, data[0])]
-        return {"artifact": "model.onnx", "inputs": inputs, "batches": files, "options": job.options}
+        return {"artifact": "model.onnx", "external_data": external, "inputs": inputs, "batches": files,
+                "options": job.options}
 
 
 def runtime_label(info: dict[str, Any], chromium: str) -> str:

@@ -178,3 +178,18 @@ def test_build_for_web_measures_both_variants_in_chromium(tiny_project: Path, tm
     again = edgeship("build", "--target", "web", "--model", str(tiny_project / "model.toml"), "--out", str(out),
                      cwd=tmp_path)
     assert again.returncode == 0 and "unchanged since" in again.stderr, again.stderr[-2000:]
+
+
+@needs_browser
+def test_weights_in_an_external_data_file_are_served_beside_the_model(tiny_onnx, tmp_path: Path) -> None:
+    """torch.onnx.export's dynamo exporter writes big weights to <model>.onnx.data: the page gets them too."""
+    import onnx
+
+    artifact, inputs = tiny_onnx
+    split = tmp_path / "split" / "split.onnx"
+    split.parent.mkdir()
+    onnx.save(onnx.load(str(artifact)), str(split), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="split.onnx.data", size_threshold=0)
+    whole = browser().run_job(web_job(artifact, inputs), tmp_path / "a")
+    parts = browser().run_job(web_job(split, inputs), tmp_path / "b")
+    np.testing.assert_array_equal(whole.outputs[0], parts.outputs[0])

@@ -52,6 +52,9 @@ export async function open(job) {
     executionProviders: ["wasm"],
     graphOptimizationLevel: LEVELS[job.options.graph_optimization || "all"],
   };
+  if (job.external_data.length) {  // weights beside the model, fetched by onnxruntime-web from the server
+    options.externalData = job.external_data.map((name) => ({ path: name, data: name }));
+  }
   const model = await fetchBytes(job.artifact);
   const batches = [];
   for (const files of job.batches) {
