@@ -89,12 +89,24 @@ def web_candidates(spec: Any, build: Path, peer_onnx: Path | None, folder: Path)
                                                           "threads": t, "precision": row.precision}
     if peer_onnx is not None:
         accuracy = peer_accuracy_in_chromium(spec, peer_onnx, folder)
+        peer_inputs = folder / "web-peer-inputs.npz"
+        peer_names = onnx_input_names(peer_onnx)
+        np.savez(peer_inputs, **dict(zip(peer_names, (t.numpy() for t in example_inputs(spec)))))
         for t in THREADS:
             # onnxruntime-web's default session: no options but the thread count compared
-            page = ("web:open_page", (str(peer_onnx), str(inputs), names, t, {}))
+            page = ("web:open_page", (str(peer_onnx), str(peer_inputs), peer_names, t, {}))
             rows[f"peer: onnxruntime-web default @{t}"] = {"job": page, "kind": "peer", "threads": t,
                                                           "precision": "fp32", **accuracy}
     return rows
+
+
+def onnx_input_names(path: Path) -> list[str]:
+    """The graph inputs of an ONNX file (initializers left out), in order."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    weights = {i.name for i in graph.initializer}
+    return [i.name for i in graph.input if i.name not in weights]
 
 
 def peer_accuracy_in_chromium(spec: Any, onnx_path: Path, folder: Path) -> dict[str, Any]:
@@ -110,9 +122,10 @@ def peer_accuracy_in_chromium(spec: Any, onnx_path: Path, folder: Path) -> dict[
     _, evaluation = peer_data(spec)
     reference = float_outputs(load_model(spec), evaluation)
     data = folder / "web-eval.npz"
-    np.savez(data, **evaluation.inputs)
+    names = onnx_input_names(onnx_path)  # a plain export names inputs after forward()'s arguments
+    np.savez(data, **dict(zip(names, evaluation.inputs.values())))
     job = Job(runtime="onnxruntime-web", artifact=onnx_path, sha256=None, inputs=data,
-              input_names=list(evaluation.inputs), batch=1, warmup=0, iterations=0, threads=None, timeout_s=1800)
+              input_names=names, batch=1, warmup=0, iterations=0, threads=None, timeout_s=1800)
     result = BrowserDevice("browser", BrowserConfig(transport="browser")).run_job(job, folder / "web-peer-accuracy")
     acc = metrics.accuracy(reference, result.outputs[0].astype(reference.dtype), evaluation.labels)
     return {"sqnr_db": acc["sqnr_db"], "top1_drop": acc["top1_drop"], "measured_in": result.document["runtime_version"]}
