@@ -168,8 +168,8 @@ def print_web(results: dict) -> None:
     table = Table(title="make bench, browser: onnxruntime-web in Chromium (timed in the page) beside native ONNX "
                         "Runtime, same file, same threads; ratios = reference time / candidate time, [95% interval], "
                         "≈ = a tie", title_justify="left")
-    for col in ("model", "candidate", "prec", "p50 ms", "SQNR dB", "top-1 drop", "measured in"):
-        table.add_column(col, justify="left" if col in ("model", "candidate", "measured in") else "right")
+    for col in ("model", "candidate", "prec", "p50 ms", "SQNR dB", "top-1 drop", "accuracy measured in"):
+        table.add_column(col, justify="left" if col in ("model", "candidate", "accuracy measured in") else "right")
     for model, web in models.items():
         if "not_measured" in web:
             table.add_row(model, f"not measured here: {web['not_measured']}", *[""] * 5, end_section=True)
