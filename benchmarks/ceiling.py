@@ -31,7 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from harness import _best, _ort_gemm, peak_int8_gops  # noqa: E402
+from harness import _best, _ort_gemm, fbgemm_gemm, peak_int8_gops  # noqa: E402
 
 REPEATS = 20
 RESULT = HERE / "results" / "ceiling.json"
@@ -90,28 +90,17 @@ def eager_ms(name: str, threads: int) -> float:
 
 def fbgemm_ms(shapes: list[dict]) -> list[float]:
     """Each shape's best time (ms) with PyTorch's x86 quantized linear."""
-    import torch
-
-    torch.backends.quantized.engine = "x86"
-    out = []
-    for s in shapes:
-        w = torch.quantize_per_tensor(torch.randn(s["n"], s["k"]), 0.05, 0, torch.qint8)
-        packed = torch.ops.quantized.linear_prepack(w, None)
-        x = torch.quantize_per_tensor(torch.rand(s["m"], s["k"]), 0.01, 0, torch.quint8)
-        run = lambda x=x, packed=packed: torch.ops.quantized.linear(x, packed, 0.1, 0)  # noqa: E731
-        run()
-        out.append(_best(run, REPEATS) * 1e3)
-    return out
+    return [_time_ms(fbgemm_gemm(s["m"], s["k"], s["n"])) for s in shapes]
 
 
 def ort_ms(shapes: list[dict]) -> list[float]:
     """Each shape's best time (ms) with ONNX Runtime's MatMulInteger."""
-    out = []
-    for s in shapes:
-        run = _ort_gemm(s["m"], s["k"], s["n"], "int8")
-        run()
-        out.append(_best(run, REPEATS) * 1e3)
-    return out
+    return [_time_ms(_ort_gemm(s["m"], s["k"], s["n"], "int8")) for s in shapes]
+
+
+def _time_ms(run) -> float:
+    run()
+    return _best(run, REPEATS) * 1e3
 
 
 def ceiling(name: str, threads: int, rounds: int) -> dict:

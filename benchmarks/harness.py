@@ -206,17 +206,23 @@ def peak_int8_gops(repeats: int = 10) -> float:
     """The machine's int8 limit: the best n x n x n int8 GEMM, in GOP/s, over PyTorch's x86
     quantized linear (fbgemm) and ONNX Runtime's MatMulInteger (MLAS), n = 1024 and 2048.
     (torch._int_mm on the CPU is a slow reference kernel, so it is not the limit.)"""
+
+    best = 0.0
+    for n in (1024, 2048):
+        best = max(best, _rate(n, fbgemm_gemm(n, n, n), repeats), _rate(n, _ort_matmul(n, "int8"), repeats))
+    return best
+
+
+def fbgemm_gemm(m: int, k: int, n: int) -> Callable[[], object]:
+    """One PyTorch x86 quantized linear (fbgemm, per-tensor int8 weights) of an m x k uint8 input by
+    k x n weights."""
     import torch
 
     torch.backends.quantized.engine = "x86"
-    best = 0.0
-    for n in (1024, 2048):
-        w = torch.quantize_per_tensor(torch.randn(n, n), 0.05, 0, torch.qint8)
-        packed = torch.ops.quantized.linear_prepack(w, None)
-        x = torch.quantize_per_tensor(torch.rand(n, n), 0.01, 0, torch.quint8)
-        fbgemm = lambda x=x, packed=packed: torch.ops.quantized.linear(x, packed, 0.1, 0)  # noqa: E731
-        best = max(best, _rate(n, fbgemm, repeats), _rate(n, _ort_matmul(n, "int8"), repeats))
-    return best
+    w = torch.quantize_per_tensor(torch.randn(n, k), 0.05, 0, torch.qint8)
+    packed = torch.ops.quantized.linear_prepack(w, None)
+    x = torch.quantize_per_tensor(torch.rand(m, k), 0.01, 0, torch.quint8)
+    return lambda: torch.ops.quantized.linear(x, packed, 0.1, 0)
 
 
 def _ort_matmul(n: int, kind: str) -> Callable[[], object]:

@@ -28,6 +28,8 @@ from bench import MODELS, WORK, build, ensure_data  # noqa: E402
 from harness import Timing  # noqa: E402
 from stats import ratio  # noqa: E402
 
+from web import peer_accuracy_in_chromium  # noqa: E402
+
 RESULT = HERE / "results" / "web_settings.json"
 FORMS = {"u8s8-per-channel": ("uint8", True), "u8s8-per-tensor": ("uint8", False),
          "s8s8-per-channel": ("int8-symmetric", True), "s8s8-per-tensor": ("int8-symmetric", False)}
@@ -68,12 +70,6 @@ def fp16_of(fp32: Path, dest: Path) -> Path:
     return dest
 
 
-def browser_accuracy(spec, path: Path, folder: Path) -> dict:
-    from web import peer_accuracy_in_chromium
-
-    return peer_accuracy_in_chromium(spec, path, folder)
-
-
 def measure(name: str, args: argparse.Namespace) -> dict:
     from edgeship.model import example_inputs
     from edgeship.results import Results
@@ -96,7 +92,8 @@ def measure(name: str, args: argparse.Namespace) -> dict:
                           "top1_drop": row.accuracy.top1_drop if row.accuracy else None,
                           "gates_passed": row.gates.passed, "notes": row.notes[:3]}
     fp16 = fp16_of(Path(rows["web-fp32"]["path"]), folder / "web-fp16.onnx")
-    rows["web-fp16"] = {"path": str(fp16), "size_bytes": fp16.stat().st_size, **browser_accuracy(spec, fp16, folder)}
+    rows["web-fp16"] = {"path": str(fp16), "size_bytes": fp16.stat().st_size,
+                        **peer_accuracy_in_chromium(spec, fp16, folder)}
     inputs = folder / "inputs.npz"
     names = [i.name for i in spec.inputs]
     arrays = [t.numpy() for t in example_inputs(spec)]
