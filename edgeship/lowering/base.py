@@ -55,6 +55,10 @@ class Backend(BackendSpec):
     Heavy SDKs are imported inside methods, so listing backends costs nothing.
     """
 
+    # The runtime load() uses on the build machine when the device's runtime is not one (onnx-web:
+    # native ONNX Runtime, for checks only); None: the device's.
+    build_runtime: str | None = None
+
     def available(self, options: Any = None) -> str | None:
         """None when artifacts with these options run here; otherwise why not."""
         return None
@@ -78,7 +82,7 @@ class Backend(BackendSpec):
         from edgeship.devices.runner import open_runner
 
         opts = self.job_options(options if options is not None else self.Options())
-        return open_runner(self.runtime, str(path), opts, threads).infer
+        return open_runner(self.build_runtime or self.runtime, str(path), opts, threads).infer
 
 
 def require(module: str, backend: str) -> Any:

@@ -34,6 +34,10 @@ WEB_REDUCE_RANGE = ("8-bit weights (reduce_range off): onnxruntime-web's wasm SI
 class OnnxWebBackend(OnnxLowering, OnnxWebSpec, Backend):
     """Lowers like the onnx backend; int8 with 8-bit weights; IR versions the wasm backend loads."""
 
+    # the engine the wasm build compiles, for checks on the build machine only; every figure of an
+    # onnx-web variant is measured in a browser
+    build_runtime = "onnxruntime"
+
     def available(self, options: Any = None) -> str | None:
         return BROWSER_ONLY
 
@@ -42,14 +46,6 @@ class OnnxWebBackend(OnnxLowering, OnnxWebSpec, Backend):
 
     def check_model(self, model: Any) -> None:
         check_ir_version(model)
-
-    def load(self, path: Any, options: Any = None, threads: int | None = None) -> Any:
-        """The artifact in native ONNX Runtime, the engine the wasm build compiles: for checks on
-        the build machine only; every figure of an onnx-web variant is measured in a browser."""
-        from edgeship.devices.runner import open_runner
-
-        opts = self.job_options(options if options is not None else self.Options())
-        return open_runner("onnxruntime", str(path), opts, threads).infer
 
     def check_sizes(self, request: LowerRequest) -> str | None:
         """The spec's min, opt and max sizes run through native ONNX Runtime (the same engine the
