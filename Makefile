@@ -9,7 +9,7 @@ DEVICE ?=
 
 .DEFAULT_GOAL := build
 WEB    := web/node_modules/.installed
-.PHONY: build setup lint test test-slow test-all bench bench-quick bench-quant bench-ceiling bench-web-settings zoo clean
+.PHONY: build setup lint test test-slow test-all bench bench-quick bench-quant bench-ceiling bench-web-settings bench-web-ceiling zoo clean
 
 # The sentinel is rebuilt when .venv is missing or pyproject.toml changed.
 $(VENV)/.installed: pyproject.toml
@@ -60,6 +60,11 @@ bench-ceiling: $(VENV)/.installed
 # The web profile's int8 form (U8S8/S8S8, per-channel/per-tensor) and fp16, measured in Chromium.
 bench-web-settings: $(VENV)/.installed $(WEB)
 	$(BIN)/python benchmarks/web_settings.py
+
+# Where the browser's gap to native ONNX Runtime comes from: a square MatMul, resnet18's convolutions
+# alone and the whole model, in Chromium and native, same threads.
+bench-web-ceiling: $(VENV)/.installed $(WEB)
+	$(BIN)/python benchmarks/web_ceiling.py
 
 # Every zoo model (examples/zoo, transformers, detection) for every target; takes hours on 2 cores.
 zoo: $(VENV)/.installed
