@@ -27,9 +27,14 @@ import subprocess
 import sys
 
 CPUINFO = "/proc/cpuinfo"
-# x86 flags (Linux's names) that decide int8 and bf16 kernels; the rest of the list is left out.
-X86_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-             "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
+# x86 flags (Linux's names) that decide int8 and bf16 kernels, and the instruction-set extensions a
+# compiler targeting the CPU may emit (an AOTInductor package built with -march=native needs each of
+# the build CPU's: lowering/aoti_isa.py); the rest of the list is left out.
+X86_FLAGS = ("sse4_2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe", "adx", "aes",
+             "pclmulqdq", "sha_ni", "gfni", "vaes", "vpclmulqdq", "avx512f", "avx512bw", "avx512cd",
+             "avx512dq", "avx512vl", "avx512ifma", "avx512vbmi", "avx512_vbmi2", "avx512_bitalg",
+             "avx512_vpopcntdq", "avx512_vnni", "avx_vnni", "avx512_bf16", "avx512_fp16", "amx_tile",
+             "amx_int8", "amx_bf16", "amx_fp16")
 # ARM ``Features`` names -> the names reported (64-bit kernels say asimd, 32-bit ones neon).
 ARM_FEATURES = {"asimd": "neon", "neon": "neon", "asimddp": "dotprod", "i8mm": "i8mm", "sve": "sve",
                 "sve2": "sve2", "bf16": "bf16", "fphp": "fp16", "asimdhp": "fp16"}

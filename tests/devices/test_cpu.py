@@ -137,7 +137,8 @@ Model\t\t: Raspberry Pi 3 Model B Plus Rev 1.3
 def test_parse_cpuinfo_epyc_keeps_avx2_and_has_no_vnni() -> None:
     facts = parse_cpuinfo(EPYC_NO_VNNI)
     assert facts == {"model": "AMD EPYC 7B13", "arch": "x86_64", "source": "/proc/cpuinfo",
-                     "flags": ["avx", "avx2", "f16c", "fma", "sse4_2"]}
+                     "flags": ["adx", "aes", "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "pclmulqdq",
+                               "popcnt", "sha_ni", "sse4_2", "vaes", "vpclmulqdq"]}
     assert int8_kernel_facts(facts) == {"isa": "x86", "flags_known": True, "vnni": False, "amx": False,
                                         "dotprod": False, "i8mm": False}
 
@@ -145,8 +146,11 @@ def test_parse_cpuinfo_epyc_keeps_avx2_and_has_no_vnni() -> None:
 def test_parse_cpuinfo_xeon_lists_vnni_bf16_and_amx() -> None:
     facts = parse_cpuinfo(XEON_VNNI_AMX)
     assert facts["model"] == "Intel(R) Xeon(R) Platinum 8480+" and facts["arch"] == "x86_64"
-    assert facts["flags"] == ["amx_bf16", "amx_int8", "amx_tile", "avx", "avx2", "avx512_bf16", "avx512_vnni",
-                              "avx512bw", "avx512f", "avx512vl", "avx_vnni", "f16c", "fma", "sse4_2"]
+    assert facts["flags"] == ["adx", "aes", "amx_bf16", "amx_int8", "amx_tile", "avx", "avx2", "avx512_bf16",
+                              "avx512_bitalg", "avx512_fp16", "avx512_vbmi2", "avx512_vnni", "avx512_vpopcntdq",
+                              "avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512ifma", "avx512vbmi", "avx512vl",
+                              "avx_vnni", "bmi1", "bmi2", "f16c", "fma", "gfni", "movbe", "pclmulqdq", "popcnt",
+                              "sha_ni", "sse4_2", "vaes", "vpclmulqdq"]
     kernels = int8_kernel_facts(facts)
     assert kernels["vnni"] and kernels["amx"]
 
