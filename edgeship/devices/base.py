@@ -14,8 +14,10 @@ from edgeship.devices.runner import decode_outputs
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "runner.py"
 # What goes to a device beside each job: the runner and the sibling modules it imports (it
-# imports nothing of edgeship there): artifact hashing, the TensorRT engine builder, the CPU facts.
-RUNNER_FILES = {name: HERE / name for name in ("runner.py", "hashing.py", "tensorrt_engine.py", "cpu.py")}
+# imports nothing of edgeship there): artifact hashing, the TensorRT engine builder, the
+# AOTInductor package compiler, the CPU facts.
+RUNNER_FILES = {name: HERE / name for name in ("runner.py", "hashing.py", "tensorrt_engine.py", "aoti_build.py",
+                                               "cpu.py")}
 PROBE = HERE / "probe.py"
 # What `devices check` sends: the probe, and the runner it imports to list the runtimes.
 PROBE_FILES = {"probe.py": PROBE, **RUNNER_FILES}

@@ -201,6 +201,79 @@ class OnnxWebSpec(BackendSpec):
         return [WEB_FP16_REFUSAL] if precision == "fp16" else []
 
 
+# int8 for AOTInductor, tried on this torch (2.14.1, torchao 0.18; docs/ARCHITECTURE.md "LibTorch").
+AOTI_INT8_REFUSAL = (
+    "precision \"int8\" is refused for aoti: PT2E with torchao's X86InductorQuantizer does not lower to int8 "
+    "kernels through AOTInductor on this torch. Tried on resnet18: the quantizer stops on torchvision's blocks "
+    "(\"Input partition has more than one output node\": a ReLU module called twice); with that worked around, "
+    "the .pt2 holds 20 float convolution calls and no oneDNN qconv (the int8 weights are dequantized to fp32 "
+    "at run time, pytorch/ao#4566), 30.1 ms against fp32's 30.9 ms; lowering with lower_pt2e_quantized_to_x86 "
+    "first leaves oneDNN-packed weights torch.export cannot trace (as_strided). Ship aoti-fp32, or int8 with "
+    "onnx or executorch")
+# How far a package's code may go past the baseline x86-64 instruction set: -march and Inductor's
+# vector ISA (what each level needs of the CPU it runs on is in lowering/aoti.py).
+AOTI_ISAS = ("auto", "native", "avx512", "avx2", "generic")
+
+
+class AotiSpec(BackendSpec):
+    """AOTInductor: a ``.pt2`` package of compiled kernels and weights for LibTorch C++ (and Python)."""
+
+    name = "aoti"
+    suffix = ".pt2"
+    runtime = "aoti"
+    capture_methods = ("export",)
+    precisions = ("fp32", "int8")
+    dynamic_shapes = None  # torch.export's ranges are compiled in; lowering runs min, opt and max
+
+    class Options(StrictModel):
+        """Options of the aoti backend."""
+
+        isa: Literal[AOTI_ISAS] = Field(  # type: ignore[valid-type]
+            "auto", description="Instruction set the package is compiled for: native (-march=native, every "
+                                "extension of the build CPU), avx512 (x86-64-v4), avx2 (x86-64-v3), generic "
+                                "(x86-64-v2, scalar loops); auto: native when every target CPU has all of the "
+                                "build CPU's extensions, else the best level all of them have; compiled on the "
+                                "device (compile_on), auto is native there.")
+        freezing: bool = Field(True, description="Fold weights into the graph as constants (batch norm into "
+                                                 "convolutions, prepacked oneDNN weights).")
+        threads: int | None = Field(
+            None, ge=1, description="Threads Inductor's own loops are compiled for; unset: the thread count "
+                                    "the runtime sets (omp_get_max_threads, the job's threads).")
+        max_autotune: bool = Field(False, description="Let Inductor benchmark kernel choices while compiling "
+                                                      "(slower builds).")
+        compile_on: Literal["auto", "build", "device"] = Field(
+            "auto", description="Where the package is compiled: build (this machine), device (the artifact is the "
+                                "exported program, compiled by each device for its own CPU at its first run and "
+                                "kept beside it; needs torch and g++ there; that first run's compile counts against "
+                                "[latency] timeout_s, so raise it for a slow board); auto: device when a target "
+                                "device is another architecture than this machine (AOTInductor does not "
+                                "cross-compile), else build.")
+
+    @classmethod
+    def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        return [AOTI_INT8_REFUSAL] if precision == "int8" else []
+
+
+class TorchscriptSpec(BackendSpec):
+    """TorchScript for full LibTorch: a ``.pt`` loaded by ``torch::jit::load`` (not the lite interpreter)."""
+
+    name = "torchscript"
+    suffix = ".pt"
+    runtime = "torchscript"
+    capture_methods = ("trace", "script")
+    precisions = ("fp32",)
+    dynamic_shapes = None  # TorchScript keeps sizes symbolic where the code does; lowering runs min, opt and max
+
+    class Options(StrictModel):
+        """Options of the torchscript backend."""
+
+        freeze: bool = Field(True, description="torch.jit.freeze: weights inlined as constants, batch norm "
+                                               "folded into convolutions.")
+        optimize_for_inference: bool = Field(
+            False, description="torch.jit.optimize_for_inference after freezing (oneDNN layouts on x86; the "
+                               "artifact then needs a LibTorch built with oneDNN).")
+
+
 class TensorrtSpec(BackendSpec):
     """TensorRT: the ONNX model an engine is built from on the device, and the builder settings."""
 

@@ -154,7 +154,9 @@ def target_cpu_stage(plan: Plan, progress: Progress) -> list[tuple[str, dict[str
     if not any(depends_on_cpu(v) for v in plan.profile.variants):
         return None
     with progress.step("target CPUs") as status:
-        cpus = target_cpus(plan.devices, SPECS["onnx"].runtime, default_cache()) or None
+        runtimes = dict.fromkeys(SPECS[v.backend].runtime for v in plan.profile.variants if depends_on_cpu(v))
+        found = dict(pair for runtime in runtimes for pair in target_cpus(plan.devices, runtime, default_cache()))
+        cpus = list(found.items()) or None
         status["result"] = "; ".join(f"{name}: {facts.get('model') or facts.get('error') or 'model unknown'}"
                                      for name, facts in cpus or [("this machine", cpu_facts())])
     return cpus

@@ -36,15 +36,16 @@ from edgeship.config import ENTRY_PATTERN
 from edgeship.devices.hashing import sha256_file, sha256_path
 from edgeship.entry import entry_source
 from edgeship.fsutil import atomic_write_text, no_space_is_output_error, remove_path
+from edgeship.lowering.aoti_isa import cxx_version
 from edgeship.pipeline.plan import Plan
 from edgeship.profile.models import Variant
-from edgeship.quantize.cpu_choice import onnx_reduce_range
+from edgeship.quantize.cpu_choice import aoti_isa, onnx_reduce_range
 from edgeship.quantize.settings import needs_calibration
 from edgeship.results import toolchain_versions
 
 PACKAGE = Path(__file__).resolve().parent.parent
 LOWERED = "lowered.json"
-SOURCE_SUFFIXES = {".py", ".toml", ".j2", ".html", ".kt", ".swift", ".md", ".txt"}
+SOURCE_SUFFIXES = {".py", ".toml", ".j2", ".html", ".kt", ".swift", ".md", ".txt", ".cpp", ".mjs", ".js", ".java"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -116,6 +117,9 @@ class StageKeys:
         chosen = onnx_reduce_range(variant, self.cpus)
         if chosen is not None:
             key["reduce_range"] = {"value": chosen[0], "why": chosen[1]}
+        isa = aoti_isa(variant, self.cpus)
+        if isa is not None:  # native code: for which instruction set and, compiled here, by which compiler
+            key["aoti_isa"] = {**isa, "compiler": cxx_version()[1]} if isa["compile_on"] == "build" else isa
         return key
 
     def build(self) -> str:

@@ -82,18 +82,58 @@ def onnx_reduce_range(variant: Variant, cpus: list[TargetCpu] | None) -> tuple[b
     """The choice an onnx variant's lowering makes on ``cpus`` (None: this machine), or None when the
     variant's artifact does not depend on the CPU (not static int8 ONNX with reduce_range unset).
     The stage cache keys the artifact on it."""
-    if not depends_on_cpu(variant):
+    if not onnx_chooses_by_cpu(variant):
         return None
     options = SPECS["onnx"].parse_options(variant.options)
     return choose_reduce_range(options.reduce_range, options.activations, this_machine() if cpus is None else cpus)
 
 
 def depends_on_cpu(variant: Variant) -> bool:
-    """Whether lowering ``variant`` chooses a setting by CPU: static int8 ONNX with reduce_range
-    left unset."""
+    """Whether lowering ``variant`` chooses a setting by CPU or checks its targets' CPUs: static int8
+    ONNX with reduce_range left unset; an AOTInductor package (native code for an instruction set:
+    lowering/aoti_isa.py), unless each device compiles it for its own CPU (compile_on = "device"
+    with isa auto or native: the artifact is then the exported program, whatever the CPUs)."""
+    return aoti_checks_cpus(variant) or onnx_chooses_by_cpu(variant)
+
+
+def aoti_checks_cpus(variant: Variant) -> bool:
+    """An aoti variant whose lowering reads the target CPUs: where to compile (compile_on auto), the
+    level to compile here for, or whether they have an x86 level's flags."""
+    if variant.backend != "aoti":
+        return False
+    options = SPECS["aoti"].parse_options(variant.options)
+    return options.compile_on != "device" or options.isa not in ("auto", "native")
+
+
+def onnx_chooses_by_cpu(variant: Variant) -> bool:
+    """Static int8 ONNX with reduce_range left unset: its lowering picks reduce_range by CPU."""
     if variant.backend != "onnx" or not needs_calibration(variant.precision, variant.quantization):
         return False
     return SPECS["onnx"].parse_options(variant.options).reduce_range is None
+
+
+def aoti_isa(variant: Variant, cpus: list[TargetCpu] | None) -> dict[str, Any] | None:
+    """What an aoti variant's artifact is made for on ``cpus`` (None: this machine), as the stage
+    cache keys it: where it is compiled and, compiled here, the level, the flags it needs and the
+    build CPU's flags; compiled on the device, the level only (the artifact is then the exported
+    program, the same whatever this machine's CPU). The error's text when no level fits (lowering
+    then fails the variant with it). None for other backends."""
+    from edgeship.errors import LoweringError
+    from edgeship.lowering.aoti_isa import choose_isa, compile_where
+
+    if variant.backend != "aoti":
+        return None
+    options, build = SPECS["aoti"].parse_options(variant.options), cpu_facts()
+    targets = this_machine() if cpus is None else cpus
+    where = compile_where(options.compile_on, targets, build)[0]
+    try:
+        choice = choose_isa(options.isa, targets, build, where)
+    except LoweringError as e:
+        return {"compile_on": where, "error": str(e)}
+    if where == "device":
+        return {"compile_on": where, "level": choice.level, "flags": list(choice.flags)}
+    return {"compile_on": where, "level": choice.level, "flags": list(choice.flags), "build_cpu": build.get("model"),
+            "build_flags": build.get("flags")}
 
 
 def this_machine() -> list[TargetCpu]:

@@ -1,0 +1,152 @@
+"""Device-side AOTInductor compiler: an exported program (``torch.export.save``) -> an AOTInductor
+package for this machine's CPU.
+
+    python aoti_build.py model.pt2 [model.aoti.pt2]      # on the device
+
+AOTInductor does not cross-compile: a package is native code for the machine that compiles it. So
+for a device of another architecture (options.compile_on = "device") edgeship's aoti backend ships
+the exported program, with the compile settings inside the archive (``extra/edgeship_aoti.json``),
+and the runner compiles it on the device at its first run with this file, keeping the package
+beside the artifact for later runs. Needs the standard library, torch and a C++ compiler (g++, or
+``$CXX``). It is copied beside runner.py with its siblings cpu.py and hashing.py and imports
+nothing of edgeship; no f-strings, for the device Pythons torch supports.
+
+Settings: isa (``native`` or an x86 level), march (-march; null: native), simdlen (Inductor's
+cpp.simdlen; null: its default), flags (the CPU flags the level needs; empty for native: this CPU's
+own), freezing, threads (null: set at run time), max_autotune.
+
+The package's metadata (its wrapper_metadata.json, read by runner.py without loading any code):
+edgeship.cpu_flags (the flags its code needs), edgeship.isa, edgeship.source_sha256 (the exported
+program it was compiled from: a package made from another artifact is never reused) and
+edgeship.torch (the torch that compiled it).
+"""
+import importlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+
+SETTINGS_FILE = "edgeship_aoti.json"  # the extra file of the exported program's archive
+DEFAULTS = {"isa": "native", "march": None, "simdlen": None, "flags": [], "freezing": True, "threads": None,
+            "max_autotune": False}
+# gcc's -m options in Inductor's vector-ISA flags -> Linux's cpuinfo names.
+GCC_FLAGS = {"avx2": "avx2", "fma": "fma", "avx512f": "avx512f", "avx512dq": "avx512dq", "avx512vl": "avx512vl",
+             "avx512bw": "avx512bw", "avx512vnni": "avx512_vnni", "avx512bf16": "avx512_bf16",
+             "amx-tile": "amx_tile", "amx-bf16": "amx_bf16", "amx-int8": "amx_int8", "amx-fp16": "amx_fp16",
+             "avx512fp16": "avx512_fp16"}
+NO_COMPILER = "AOTInductor needs a C++ compiler on the device: apt-get install g++"
+
+
+def sibling(name):
+    """The module shipped beside this file (cpu, hashing): the package's own on the host, imported by
+    folder on a device, where this file runs alone."""
+    if __package__:
+        return importlib.import_module("%s.%s" % (__package__, name))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(here)
+
+
+def is_package(path):
+    """Whether the archive at ``path`` is an AOTInductor package (compiled code under
+    ``data/aotinductor/``), not an exported program."""
+    with zipfile.ZipFile(path) as archive:
+        return any("/data/aotinductor/" in "/" + name for name in archive.namelist())
+
+
+def read_settings(path):
+    """The compile settings an exported program's archive carries (DEFAULTS where it has none)."""
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if name.endswith("/extra/" + SETTINGS_FILE):
+                return dict(DEFAULTS, **json.loads(archive.read(name).decode("utf-8")))
+    return dict(DEFAULTS)
+
+
+def vec_isa_flags(arch_flags):
+    """The CPU flags behind Inductor's vector-ISA compiler flags (``-mavx512f -mavx512vnni ...``)."""
+    names = [part[2:] for part in arch_flags.split() if part.startswith("-m")]
+    return tuple(GCC_FLAGS[name] for name in names if name in GCC_FLAGS)
+
+
+def inductor_configs(settings):
+    """Inductor's configs for the settings, the CPU flags the package needs (the level's and those of
+    the vector ISA Inductor picks for it on this machine) and that vector ISA's name."""
+    from torch._inductor import config
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    settings = dict(DEFAULTS, **settings)
+    configs = {"freezing": settings["freezing"], "max_autotune": settings["max_autotune"],
+               "cpp.dynamic_threads": settings["threads"] is None}
+    if settings["threads"]:
+        configs["cpp.threads"] = settings["threads"]
+    if settings["march"]:
+        configs["cpp.march"] = settings["march"]
+    if settings["simdlen"] is not None:
+        configs["cpp.simdlen"] = settings["simdlen"]
+    with config.patch({"cpp.simdlen": settings["simdlen"]}):
+        vec = pick_vec_isa()
+    vector_flags = vec_isa_flags(vec.build_arch_flags()) if vec else ()
+    required = sorted(set(settings["flags"]) | set(vector_flags))
+    configs["aot_inductor.metadata"] = {"edgeship.cpu_flags": ",".join(required), "edgeship.isa": settings["isa"]}
+    return configs, required, str(vec) if vec else "scalar"
+
+
+def missing_compiler():
+    """NO_COMPILER, naming what was looked for, when none of the C++ compilers Inductor would call is
+    installed; None when one is."""
+    from torch._inductor import config
+
+    names = [cxx for cxx in config.cpp.cxx if cxx]
+    if any(shutil.which(cxx) for cxx in names):
+        return None
+    return "%s (%s not found; or set CXX)" % (NO_COMPILER, ", ".join(names) or "g++")
+
+
+def build_package(exported_path, settings, dest):
+    """Compile the exported program at ``exported_path`` with ``settings`` for this machine's CPU into
+    an AOTInductor package at ``dest`` (written atomically); returns the package's metadata."""
+    import torch
+    from torch._inductor import aoti_compile_and_package, exc
+
+    problem = missing_compiler()
+    if problem:
+        raise RuntimeError(problem)
+    settings = dict(DEFAULTS, **settings)
+    if settings["isa"] == "native":  # -march=native: the code may use every extension of this CPU
+        settings["flags"] = (sibling("cpu").cpu_facts() or {}).get("flags") or []
+    configs, required, vec = inductor_configs(settings)
+    configs["aot_inductor.metadata"].update({"edgeship.source_sha256": sibling("hashing").sha256_path(exported_path),
+                                             "edgeship.torch": torch.__version__, "edgeship.vec_isa": vec})
+    program = torch.export.load(exported_path)
+    folder, name = os.path.split(os.path.abspath(dest))
+    work = tempfile.mkdtemp(prefix=".%s.tmp-" % name, dir=folder)  # beside dest: os.replace stays on one disk
+    try:
+        tmp = os.path.join(work, name)  # the archive's folder is named after the file
+        aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
+        os.replace(tmp, dest)
+    except exc.InvalidCxxCompiler:
+        raise RuntimeError(NO_COMPILER) from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return configs["aot_inductor.metadata"]
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) not in (1, 2):
+        print("usage: aoti_build.py EXPORTED.pt2 [PACKAGE.pt2]", file=sys.stderr)
+        return 2
+    dest = argv[1] if len(argv) == 2 else os.path.splitext(argv[0])[0] + ".aoti.pt2"
+    metadata = build_package(argv[0], read_settings(argv[0]), dest)
+    print("built %s (needs %s)" % (dest, metadata["edgeship.cpu_flags"] or "no extension"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

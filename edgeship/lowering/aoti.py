@@ -1,0 +1,126 @@
+"""AOTInductor: an exported program compiled ahead of time into a ``.pt2`` package (C++ kernels,
+a wrapper shared library and the weights) that LibTorch C++ loads with
+``torch::inductor::AOTIModelPackageLoader`` and Python with ``torch._inductor.aoti_load_package``.
+
+The package is native code for one architecture and instruction set, and AOTInductor does not
+cross-compile, so it is compiled where ``options.compile_on`` says (``lowering/aoti_isa.py``):
+
+- here (``build``), for the level chosen from the target CPUs; the CPU flags it needs go into the
+  package's metadata (``edgeship.cpu_flags``) and the runner refuses it on a CPU lacking one;
+- on each device (``device``; ``auto`` for a target of another architecture): the artifact is then
+  the exported program (``torch.export.save``, an ExportedProgram archive, not a package) with the
+  compile settings inside it (``extra/edgeship_aoti.json``), and the runner compiles it on the
+  device at its first run with ``devices/aoti_build.py``, keeping the package beside it for the next
+  runs. That first run's compile (tens of seconds for resnet18 on an x86 core, minutes on a Jetson)
+  counts against the job's timeout, ``[latency] timeout_s``.
+
+Inductor's own loops run with the thread count set at run time unless ``options.threads``
+compiles one in. int8 is refused at plan time (``AOTI_INT8_REFUSAL`` in lowering/registry.py).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgeship import outputs
+from edgeship.devices import aoti_build
+from edgeship.devices.cpu import cpu_facts
+from edgeship.errors import LoweringError
+from edgeship.fsutil import atomic_output
+from edgeship.lowering.aoti_isa import IsaChoice, choose_isa, compile_where, cxx_version, missing_flags
+from edgeship.lowering.base import Artifact, Backend, LowerRequest
+from edgeship.lowering.capture import check_sizes
+from edgeship.lowering.registry import AOTI_INT8_REFUSAL, AotiSpec
+
+DEVICE_NOTE = ("the artifact is the exported program: each device compiles it for its own CPU at its first run "
+               "(aoti_build.py beside the runner; needs torch and g++ there) and reuses the package after; that "
+               "compile counts against [latency] timeout_s")
+
+
+class AotiBackend(AotiSpec, Backend):
+    """Compiles the ``export`` capture with ``aoti_compile_and_package`` for the chosen ISA, or writes
+    the exported program for the devices to compile."""
+
+    def lower(self, request: LowerRequest) -> Artifact:
+        if request.variant.precision != "fp32":
+            raise LoweringError(AOTI_INT8_REFUSAL)
+        opts, build = request.options, cpu_facts()
+        targets = request.cpus if request.cpus is not None else [("host", build)]
+        where, why = compile_where(opts.compile_on, targets, build)
+        choice = choose_isa(opts.isa, targets, build, where)
+        if where == "device":
+            return self._write_program(request, choice, why)
+        return self._compile_here(request, targets, choice, why)
+
+    def _compile_here(self, request: LowerRequest, targets: list[tuple[str, Any]], choice: IsaChoice,
+                      why: str) -> Artifact:
+        opts = request.options
+        path, compiler = cxx_version()
+        if path is None:
+            raise LoweringError(f"AOTInductor compiles C++ and the compiler is missing here ({compiler}): "
+                                "apt-get install g++, or set CXX")
+        configs, required, vec = aoti_build.inductor_configs(compile_settings(opts, choice))
+        for name, facts in targets:
+            lacking = missing_flags(required, facts)
+            if lacking:
+                raise LoweringError(f"Inductor's vector code for this build CPU ({vec}) needs {', '.join(lacking)}, "
+                                    f"which device {name} lacks: set options.isa to a lower level")
+        from torch._inductor import aoti_compile_and_package
+
+        # Inductor names the archive's top folder after the file: compile to the final name in a folder
+        # of its own, then move it into place.
+        with atomic_output(request.dest) as tmp, \
+                tempfile.TemporaryDirectory(prefix=".aoti-", dir=request.dest.parent) as work:
+            named = Path(work) / request.dest.name
+            aoti_compile_and_package(request.captured.program, package_path=str(named), inductor_configs=configs)
+            os.replace(named, tmp)
+        details = {"compile_on": "build", "compile_on_why": why, "isa": choice.level, "isa_why": choice.why,
+                   "march": choice.march or "native", "vec_isa": vec, "cpu_flags_required": required,
+                   "build_cpu": cpu_facts().get("model"), "arch": platform.machine(), "compiler": compiler,
+                   "threads": opts.threads or "set at run time", "freezing": opts.freezing}
+        notes = [f"compiled for {choice.level} ({choice.why}); needs {', '.join(required) or 'no extension'}"]
+        if request.captured.dynamic:
+            notes.append(check_sizes(request.captured, self.load(request.dest, opts)))
+        return Artifact(request.dest, notes, details)
+
+    def _write_program(self, request: LowerRequest, choice: IsaChoice, why: str) -> Artifact:
+        """The exported program with its compile settings inside, for each device to compile; checked
+        at the spec's sizes by running the saved program (not compiled here)."""
+        import torch
+
+        settings = compile_settings(request.options, choice)
+        with atomic_output(request.dest) as tmp:
+            torch.export.save(request.captured.program, str(tmp),
+                              extra_files={aoti_build.SETTINGS_FILE: json.dumps(settings, sort_keys=True)})
+        details = {"compile_on": "device", "compile_on_why": why, "isa": choice.level, "isa_why": choice.why,
+                   "compile_settings": settings, "threads": request.options.threads or "set at run time",
+                   "freezing": request.options.freezing}
+        notes = [f"compiled on the device ({why}), for {choice.level} ({choice.why})", DEVICE_NOTE]
+        if request.captured.dynamic:
+            module = torch.export.load(str(request.dest)).module()
+            notes.append("the exported program " + check_sizes(request.captured, torch_predict(module)))
+        return Artifact(request.dest, notes, details)
+
+
+def compile_settings(opts: Any, choice: IsaChoice) -> dict[str, Any]:
+    """What aoti_build.inductor_configs compiles with: the level, its -march, simdlen and flags, and
+    the options (freezing, threads, max_autotune)."""
+    return {"isa": choice.level, "march": choice.march, "simdlen": choice.simdlen, "flags": list(choice.flags),
+            "freezing": opts.freezing, "threads": opts.threads, "max_autotune": opts.max_autotune}
+
+
+def torch_predict(module: Any) -> Any:
+    """A callable on numpy arrays running a torch module, outputs flattened (check_sizes' predict)."""
+    import torch
+
+    def predict(arrays: list[np.ndarray]) -> list[np.ndarray]:
+        with torch.inference_mode():
+            out = module(*[torch.from_numpy(a) for a in arrays])
+        return [v.numpy() if isinstance(v, torch.Tensor) else np.asarray(v) for _, v in outputs.flatten(out)]
+    return predict
