@@ -15,8 +15,10 @@ import numpy as np
 
 from edgeship import __version__
 from edgeship.bundle.archive import write_zip
+from edgeship.bundle.linux import linux_app
 from edgeship.bundle.metadata import model_json, runtime_needs
 from edgeship.bundle.platforms import PLATFORMS, Platform
+from edgeship.bundle.sample import evaluation_sample
 from edgeship.bundle.selection import Selection, select_variants
 from edgeship.bundle.snippets import readme, snippet
 from edgeship.bundle.web import refuse_foreign, unpack, web_site
@@ -86,11 +88,20 @@ def make_bundle(platform: Platform, inputs: BundleInputs, *, unpacked: bool = Fa
         name, text = snippet(platform, meta, inputs.spec, sel)
         if text is not None:
             entries[name] = text.encode()
-    if platform.name == "jetson":
-        entries.update(DEVICE_FILES)
+    if platform.name == "jetson" or (platform.name == "linux" and compiled_on_device(artifacts)):
+        entries.update(DEVICE_FILES)  # the engine builder, or aoti_build.py that compiles the exported program
+    if platform.name == "linux":
+        entries.update(linux_app(meta, artifacts, evaluation_sample(inputs.profile, inputs.spec, inputs.results,
+                                                                    sel.warnings)))
     entries["README.md"] = readme(platform, inputs.results, sel, artifacts, dest.name, inputs.spec).encode()
     write_zip(dest, entries, {**doc, "warnings": sel.warnings})
     return Bundle(dest, sel, unpack(dest, folder) if folder is not None else None)
+
+
+def compiled_on_device(artifacts: list[dict[str, Any]]) -> bool:
+    """Whether an aoti artifact is an exported program for the device to compile (compile_on "device"):
+    runner/aoti_build.py turns it into the package the C++ app loads."""
+    return any(((a.get("runtime") or {}).get("details") or {}).get("compile_on") == "device" for a in artifacts)
 
 
 def postprocess_files(spec: ModelSpec, meta: dict[str, Any], platform: str) -> dict[str, bytes | Path]:

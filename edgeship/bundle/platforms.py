@@ -6,7 +6,9 @@ ExecuTorch ``.pte`` under ``Models/``, with a Swift snippet. jetson: the ONNX (f
 and TensorRT variants' whole folders (the engine is built on the device from what they hold),
 and the device runner. web: onnxruntime-web ``.onnx`` (onnx-web) under ``models/``, as a static
 site (a demo page, an ES module that loads and runs the model, onnxruntime-web's wasm files),
-written as a zip and, by ``edgeship bundle``, unpacked beside it.
+written as a zip and, by ``edgeship bundle``, unpacked beside it. linux: AOTInductor ``.pt2`` and
+TorchScript ``.pt`` under ``models/``, with a C++ application (``cpp/``: CMake, LibTorch) that
+loads and times them (linux.py).
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ PLATFORMS: dict[str, Platform] = {
     "ios": Platform("ios", ("coreml", "executorch"), "Models", "ModelLoader.swift.j2", False),
     "jetson": Platform("jetson", ("onnx", "tensorrt"), "models", None, True),
     "web": Platform("web", ("onnx-web",), "models", None, False, unpacked=True),
+    "linux": Platform("linux", ("aoti", "torchscript"), "models", None, False),
 }
 
 

@@ -121,7 +121,7 @@ class Variant(StrictModel):
 class BundleSettings(StrictModel):
     """App bundles written at the end of a build (``[bundle]``): one zip per platform."""
 
-    platforms: list[Literal["android", "ios", "jetson", "web"]] = Field(
+    platforms: list[Literal["android", "ios", "jetson", "web", "linux"]] = Field(
         min_length=1, description="Platforms to bundle for: android (.pte/.ptl), ios (.mlpackage/.pte), "
                                   "jetson (ONNX, TensorRT), web (onnx-web: a static site with onnxruntime-web).")
     variants: Literal["passing", "fastest"] | list[str] = Field(

@@ -45,7 +45,8 @@ def test_profile_bundle_section_loads(tmp_path: Path) -> None:
     ('platforms = ["android"]\nvariants = ["pt"]', 'bundle.variants[0] = "pt": no such variant'),
     ('platforms = ["android"]\nvariants = ["ort"]',
      'bundle.platforms[0] = "android": no variant of this profile goes into it'),
-    ('platforms = ["windows"]', 'bundle.platforms[0] = "windows": not allowed; one of: android, ios, jetson, web'),
+    ('platforms = ["windows"]',
+     'bundle.platforms[0] = "windows": not allowed; one of: android, ios, jetson, linux, web'),
     ('platforms = ["web"]', 'bundle.platforms[0] = "web": no variant of this profile goes into it; web bundles '
                             'take onnx-web artifacts'),
     ('platforms = ["android"]\nvariant = "fastest"', 'unknown key bundle.variant (did you mean "variants"?)'),
