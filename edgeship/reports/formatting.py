@@ -33,6 +33,16 @@ def size(line: Line) -> Shown:
     return Shown(size_text(v.size_bytes))
 
 
+def built(line: Line) -> Shown:
+    """Seconds lowering took (an AOTInductor package's compile; a reused artifact keeps its first
+    build's figure, the notes say it was reused)."""
+    v = line.variant
+    if v.backend == "eager":
+        return Shown("—")
+    seconds = v.lowering.seconds if v.lowering is not None else None
+    return Shown("not recorded" if seconds is None else f"{seconds:.1f} s")
+
+
 def latency(line: Line, device: str, key: str = "p50_ms") -> Shown:
     lat = line.latency(device)
     value = getattr(lat, key) if lat is not None else None
