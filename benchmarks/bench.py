@@ -2,7 +2,8 @@
 machine's own limit, measured side by side in one run on this machine.
 
 For each model (the demo, resnet18, mobilenet_v3_large, a small transformer encoder) it builds
-the host and android profiles with the real command (a cold build with an empty cache, then the
+the host, android and linux profiles (linux: the AOTInductor .pt2 and TorchScript .pt that LibTorch
+C++ runs) with the real command (a cold build with an empty cache, then the
 same build again unchanged), loads every artifact with the runtime that runs it, and times them
 interleaved with eager PyTorch and the peers, each in its own worker processes
 (benchmarks/harness.py). Peers, per precision (benchmarks/peers.py): fp32, ONNX Runtime's default
@@ -56,7 +57,7 @@ MODELS = {"digitnet": REPO / "edgeship" / "demo" / "model.toml",
           "resnet18": HERE / "models" / "resnet18.toml",
           "mobilenet_v3_large": HERE / "models" / "mobilenet_v3_large.toml",
           "encoder": HERE / "models" / "encoder.toml"}
-PROFILES = ("host", "android")
+PROFILES = ("host", "android", "linux")
 CALIBRATION_SAMPLES, EVALUATION_SAMPLES = 64, 32
 
 
@@ -162,7 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of: " + ", ".join(MODELS))
     parser.add_argument("--profiles", default=",".join(PROFILES),
-                        help="target profiles to build (default: host,android)")
+                        help="target profiles to build (default: host,android,linux)")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds for every candidate")
     parser.add_argument("--max-rounds", type=int, default=15,
                         help="rounds a headline comparison may get in all while its interval is still wide")
