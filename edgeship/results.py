@@ -142,6 +142,8 @@ class Latency(ResultModel):
 
 class Lowering(ResultModel):
     seconds: float | None = Field(None, description="Seconds spent lowering (capture not included).")
+    reused: bool = Field(False, description="The artifact came from the stage cache: seconds are those of the "
+                                            "build that lowered it, not of this one.")
     capture: str | None = Field(None, description="Capture method that produced the artifact.")
     capture_seconds: float | None = Field(None, description="Seconds the capture took (shared by variants using it).")
     notes: list[str] = Field(default_factory=list)

@@ -40,6 +40,7 @@ class Lowered:
     error: str | None = None
     notes: list[str] = field(default_factory=list)
     sha256: str | None = None   # the artifact's, once known (restored entries bring theirs, checked)
+    reused: bool = False        # restored from the stage cache (``seconds`` are the lowering build's)
 
     def artifact_sha256(self) -> str:
         """The artifact's sha256, hashed once however often it is asked for."""
@@ -62,7 +63,7 @@ def restored(variant: Variant, record: dict[str, Any], folder: Path) -> Lowered:
     return Lowered(variant, backend, backend.parse_options(variant.options),
                    artifact=Artifact(folder / record["file"], notes, record["details"]), capture=record["capture"],
                    capture_seconds=record["capture_seconds"], seconds=record["seconds"], notes=list(record["notes"]),
-                   sha256=record["sha256"])
+                   sha256=record["sha256"], reused=True)
 
 
 def capture_order(profile: Profile, variant: Variant) -> list[str]:

@@ -241,6 +241,7 @@ def variant_row(staged: Path, item: Lowered) -> VariantResult:
                         precision=item.variant.precision, error=item.error,
                         quantization=scheme_of(item.variant.precision, item.variant.quantization))
     row.lowering.seconds = item.seconds
+    row.lowering.reused = item.reused
     row.lowering.capture = item.capture
     row.lowering.capture_seconds = item.capture_seconds
     row.lowering.notes = list(item.notes)

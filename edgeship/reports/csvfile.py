@@ -9,7 +9,8 @@ Columns added after the first ones go at the end: ``task``, ``accuracy_output`` 
 accuracy columns are of), ``output_mismatch``, and one column per task metric (``map50_vs_float``,
 ``miou_vs_float``, ``cosine_mean``, ...; empty where the build's task has no such metric, or it is
 null: ``not_measured`` then says why), ``lowering_seconds`` (how long lowering took: an AOTInductor
-compile, a quantization). A metric this edgeship does not list gets a column after those.
+compile, a quantization; for an artifact reused from the stage cache, the lowering build's) and
+``lowering_reused``. A metric this edgeship does not list gets a column after those.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ LATENCY = ["device", "runtime", "threads", "warmup", "iterations", "p50_ms", "p9
 ACCURACY = ["samples", "top1", "top1_drop", "agreement", "sqnr_db", "cosine", "max_abs_err"]
 COLUMNS = BUILD + VARIANT + LATENCY + ["speedup_vs_eager"] + ACCURACY + ["accuracy_informative", "gates_passed",
                                                                          "gate_failures", "not_measured"]
-COLUMNS += ["task", "accuracy_output", "output_mismatch", *TASK_METRICS, "lowering_seconds"]
+COLUMNS += ["task", "accuracy_output", "output_mismatch", *TASK_METRICS, "lowering_seconds", "lowering_reused"]
 
 
 def render_csv(report: Report) -> str:
@@ -58,6 +59,7 @@ def csv_row(report: Report, line: Line, device: str | None) -> dict[str, Any] | 
     row.update({k: getattr(lat, k) if lat else None for k in LATENCY}, device=device)
     row["speedup_vs_eager"] = _speedup(report, line, lat)
     row["lowering_seconds"] = v.lowering.seconds if v.backend != "eager" else None
+    row["lowering_reused"] = v.lowering.reused if v.backend != "eager" else None
     acc = line.accuracy(device)
     row.update({k: getattr(acc, k) if acc and acc.informative else None for k in ACCURACY})
     row["accuracy_informative"] = acc.informative if acc else None

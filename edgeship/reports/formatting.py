@@ -34,13 +34,15 @@ def size(line: Line) -> Shown:
 
 
 def built(line: Line) -> Shown:
-    """Seconds lowering took (an AOTInductor package's compile; a reused artifact keeps its first
-    build's figure, the notes say it was reused)."""
+    """Seconds lowering took (an AOTInductor package's compile); for an artifact reused from the stage
+    cache, the seconds of the build that lowered it, marked so."""
     v = line.variant
     if v.backend == "eager":
         return Shown("—")
-    seconds = v.lowering.seconds if v.lowering is not None else None
-    return Shown("not recorded" if seconds is None else f"{seconds:.1f} s")
+    seconds = v.lowering.seconds
+    if seconds is None:
+        return Shown("not recorded")
+    return Shown(f"{seconds:.1f} s" + (" (cached)" if v.lowering.reused else ""))
 
 
 def latency(line: Line, device: str, key: str = "p50_ms") -> Shown:

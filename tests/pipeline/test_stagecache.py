@@ -54,6 +54,10 @@ def test_stagecache_new_variant_lowers_only_itself_and_remeasures_only_itself(ca
     assert code == 0 and "from the stage cache" in err
     assert any("reused from the stage cache" in n for n in rows["ort"]["lowering"]["notes"])
     assert not any("stage cache" in n for n in rows["lite"]["lowering"]["notes"])
+    assert rows["ort"]["lowering"]["reused"] and not rows["lite"]["lowering"]["reused"]
+    report = (out / "report.md").read_text()  # the reused artifact's lowering time is the first build's, marked
+    assert f"{rows['ort']['lowering']['seconds']:.1f} s (cached) |" in report
+    assert f"{rows['lite']['lowering']['seconds']:.1f} s |" in report
     assert any("reused" in n for n in rows["ort"]["latency"][0]["notes"])
     assert not any("reused" in n for n in rows["lite"]["latency"][0]["notes"])
 
