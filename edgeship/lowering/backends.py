@@ -8,13 +8,14 @@ from edgeship.lowering.executorch import ExecutorchBackend
 from edgeship.lowering.mobile import PytorchMobileBackend
 from edgeship.lowering.onnx import OnnxBackend
 from edgeship.lowering.onnx_web import OnnxWebBackend
+from edgeship.lowering.openvino import OpenvinoBackend
 from edgeship.lowering.registry import SPECS
 from edgeship.lowering.tensorrt import TensorrtBackend
 from edgeship.lowering.torchscript import TorchscriptBackend
 
 BACKENDS: dict[str, Backend] = {cls.name: cls() for cls in (
     PytorchMobileBackend, ExecutorchBackend, OnnxBackend, OnnxWebBackend, TensorrtBackend, CoremlBackend,
-    AotiBackend, TorchscriptBackend)}
+    AotiBackend, TorchscriptBackend, OpenvinoBackend)}
 
 if set(BACKENDS) != set(SPECS):  # a declaration without an implementation, or the reverse
     raise RuntimeError(f"declared backends {sorted(SPECS)} differ from implemented {sorted(BACKENDS)}")

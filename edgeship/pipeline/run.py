@@ -148,9 +148,10 @@ def expected_files(plan: Plan) -> list[str]:
 
 
 def target_cpu_stage(plan: Plan, progress: Progress) -> list[tuple[str, dict[str, Any]]] | None:
-    """The CPUs the ONNX artifacts will run on (this machine's; each remote device's probe, cached per
-    device), when a variant's quantization is chosen by CPU; None when none is, or when no device
-    runs ONNX (lowering then takes this machine's)."""
+    """The CPUs the artifacts whose lowering depends on the CPU will run on (this machine's; each
+    remote device's probe, cached per device): ONNX int8 choosing reduce_range, AOTInductor packages,
+    OpenVINO bf16; None when no variant depends on it, or when no device runs those runtimes
+    (lowering then takes this machine's)."""
     if not any(depends_on_cpu(v) for v in plan.profile.variants):
         return None
     with progress.step("target CPUs") as status:

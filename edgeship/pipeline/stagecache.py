@@ -39,7 +39,7 @@ from edgeship.fsutil import atomic_write_text, no_space_is_output_error, remove_
 from edgeship.lowering.aoti_isa import cxx_version
 from edgeship.pipeline.plan import Plan
 from edgeship.profile.models import Variant
-from edgeship.quantize.cpu_choice import aoti_isa, onnx_reduce_range
+from edgeship.quantize.cpu_choice import aoti_isa, onnx_reduce_range, openvino_bf16
 from edgeship.quantize.settings import needs_calibration
 from edgeship.results import toolchain_versions
 
@@ -120,6 +120,9 @@ class StageKeys:
         isa = aoti_isa(variant, self.cpus)
         if isa is not None:  # native code: for which instruction set and, compiled here, by which compiler
             key["aoti_isa"] = {**isa, "compiler": cxx_version()[1]} if isa["compile_on"] == "build" else isa
+        bf16 = openvino_bf16(variant, self.cpus)
+        if bf16 is not None:
+            key["openvino_bf16"] = bf16
         return key
 
     def build(self) -> str:

@@ -15,7 +15,7 @@ from edgeship.errors import did_you_mean, one_of
 from edgeship.lowering.registry import SPECS
 from edgeship.quantize.settings import CalibrationSettings, Candidates, QuantizationSettings, SelectionSettings
 
-Precision = Literal["fp32", "fp16", "int8", "w8"]
+Precision = Literal["fp32", "fp16", "bf16", "int8", "w8"]
 CaptureMethod = Literal["export", "trace", "script"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
@@ -99,7 +99,8 @@ class Variant(StrictModel):
 
     name: str = Field(pattern=NAME_PATTERN, description="Unique name; the artifact's folder.")
     backend: str = Field(description="Backend id, e.g. pytorch-mobile, executorch, onnx.")
-    precision: Precision = Field("fp32", description="fp32, fp16, int8 (weights and activations) or w8 (weights).")
+    precision: Precision = Field(
+        "fp32", description="fp32, fp16, bf16, int8 (weights and activations) or w8 (weights).")
     capture: list[CaptureMethod] | None = Field(
         None, min_length=1, description="Capture fallback order for this variant; unset: the profile's.")
     options: dict[str, Any] = Field(

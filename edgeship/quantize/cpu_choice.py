@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgeship.devices.cpu import cpu_facts, int8_kernel_facts
-from edgeship.lowering.registry import SPECS
+from edgeship.lowering.registry import BF16_FLAGS, SPECS
 from edgeship.profile.models import Variant
 from edgeship.quantize.settings import needs_calibration
 
@@ -92,8 +92,34 @@ def depends_on_cpu(variant: Variant) -> bool:
     """Whether lowering ``variant`` chooses a setting by CPU or checks its targets' CPUs: static int8
     ONNX with reduce_range left unset; an AOTInductor package (native code for an instruction set:
     lowering/aoti_isa.py), unless each device compiles it for its own CPU (compile_on = "device"
-    with isa auto or native: the artifact is then the exported program, whatever the CPUs)."""
-    return aoti_checks_cpus(variant) or onnx_chooses_by_cpu(variant)
+    with isa auto or native: the artifact is then the exported program, whatever the CPUs); an
+    OpenVINO variant computed in bf16 (refused for a target CPU without bf16 instructions)."""
+    return aoti_checks_cpus(variant) or onnx_chooses_by_cpu(variant) or openvino_checks_bf16(variant)
+
+
+def openvino_checks_bf16(variant: Variant) -> bool:
+    """An openvino variant the CPU plugin computes in bf16: its lowering checks the target CPUs."""
+    return variant.backend == "openvino" and SPECS["openvino"].computes_in(variant.precision, variant.options) == "bf16"
+
+
+def lacking_bf16(cpus: list[TargetCpu]) -> list[str]:
+    """The devices among ``cpus`` (named with their CPU model) whose flags are known and hold no bf16
+    instructions (BF16_FLAGS: AVX512-BF16, AMX-BF16); a CPU whose flags are unknown is not listed."""
+    lacking = []
+    for name, facts in cpus:
+        flags = (facts or {}).get("flags") or []
+        if flags and not (facts or {}).get("error") and not any(f in flags for f in BF16_FLAGS):
+            lacking.append(f"{name} ({(facts or {}).get('model') or 'model unknown'})")
+    return lacking
+
+
+def openvino_bf16(variant: Variant, cpus: list[TargetCpu] | None) -> dict[str, Any] | None:
+    """For an openvino variant computed in bf16, the target CPUs lacking bf16 (the stage cache keys
+    the artifact on it: a cached build for CPUs that had it is not reused for one that has not);
+    None for other variants."""
+    if not openvino_checks_bf16(variant):
+        return None
+    return {"lacking_bf16": lacking_bf16(this_machine() if cpus is None else cpus)}
 
 
 def aoti_checks_cpus(variant: Variant) -> bool:

@@ -24,7 +24,7 @@ from pydantic import Field
 from edgeship.config import StrictModel
 
 Scheme = Literal["static", "dynamic"]
-Method = Literal["minmax", "histogram", "percentile", "entropy"]
+Method = Literal["minmax", "mean-minmax", "histogram", "percentile", "entropy"]
 
 
 class QuantizationSettings(StrictModel):

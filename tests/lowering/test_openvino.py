@@ -1,0 +1,229 @@
+"""openvino (OpenVINO IR): conversion from the capture or ONNX, the precision the CPU plugin computes
+in (pinned, recorded, checked), bf16's CPU check, f16 weights, int8 by NNCF with sensitivity and
+keep_float, and the spec's dynamic dimensions."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeship.calibration.dataset import Dataset
+from edgeship.devices import runner
+from edgeship.devices.cpu import cpu_facts
+from edgeship.errors import LoweringError, ProfileError
+from edgeship.lowering.backends import BACKENDS
+from edgeship.lowering.base import LowerRequest
+from edgeship.lowering.capture import Capturer
+from edgeship.profile import Variant
+from edgeship.quantize.cpu_choice import depends_on_cpu
+from edgeship.quantize.settings import QuantizationSettings
+from tests.lowering.conftest import sqnr_against_eager
+from tests.quantize.test_cpu_choice import EPYC, XEON
+
+HAS_BF16 = any(f in cpu_facts()["flags"] for f in ("avx512_bf16", "amx_bf16"))
+
+
+def _read(path: Path):
+    import openvino as ov
+
+    return ov.Core().read_model(str(path / "model.xml"))
+
+
+def _lower(model, dest: Path, precision: str = "fp32", method: str = "export", cpus=None,
+           quantization: QuantizationSettings | None = None, calibration: Dataset | None = None, **options):
+    backend = BACKENDS["openvino"]
+    variant = Variant(name="v", backend="openvino", precision=precision, options=options, quantization=quantization)
+    parsed = backend.parse_options(options)
+    captured = Capturer(model).get(method, False)
+    request = LowerRequest(captured, variant, parsed, dest, (lambda: calibration) if calibration else None,
+                           None, cpus)
+    artifact = backend.lower(request)
+    return artifact, backend.load(artifact.path, parsed, threads=1)
+
+
+def _calibration(model, n: int = 32) -> Dataset:
+    shape = model.spec.inputs[0].shape[1:]
+    return Dataset({model.spec.inputs[0].name: np.random.default_rng(3).random((n, *shape), dtype=np.float32)},
+                   None, "test")
+
+
+def test_openvino_fp32_is_an_ir_folder_with_the_specs_names_computed_in_f32(tiny_model, tmp_path) -> None:
+    artifact, predict = _lower(tiny_model, tmp_path / "v" / "model.openvino")
+    assert sorted(p.name for p in artifact.path.iterdir()) == ["model.bin", "model.xml"]
+    model = _read(artifact.path)
+    assert [p.get_any_name() for p in model.inputs] == [i.name for i in tiny_model.spec.inputs]
+    assert artifact.details["converted_from"] == "export" and artifact.details["inference_precision"] == "f32"
+    assert runner._ov_rt_precision(model) == "f32"
+    assert artifact.details["weight_constants"].get("f16", 0) == 0  # save_model's f16 default not taken
+    assert sqnr_against_eager(tiny_model, predict) >= 60
+
+
+def test_the_runner_pins_the_irs_precision_and_says_what_the_plugin_compiled(tiny_model, tmp_path) -> None:
+    import openvino as ov
+
+    artifact, _ = _lower(tiny_model, tmp_path / "model.openvino")
+    loaded = runner.open_runner("openvino", str(artifact.path), {}, 1)  # the precision from the IR alone
+    assert loaded.version.startswith("openvino ") and "CPU (" in loaded.version and loaded.version.endswith(", f32)")
+    assert "inference precision f32" in loaded.notes[0] and loaded.threads_in_use() == 1
+    default = ov.Core().compile_model(_read(artifact.path), "CPU").get_property("INFERENCE_PRECISION_HINT")
+    # Why it is pinned: on a CPU with bf16 the plugin's own default is bf16.
+    assert (default.get_type_name() == "bf16") == HAS_BF16
+
+
+def test_an_ir_edgeship_did_not_write_runs_at_the_plugins_default_and_the_notes_say_so(tmp_path) -> None:
+    import openvino as ov
+    import torch
+
+    module = torch.nn.Sequential(torch.nn.Linear(4, 2)).eval()
+    ov.save_model(ov.convert_model(torch.export.export(module, (torch.rand(1, 4),))), str(tmp_path / "model.xml"))
+    loaded = runner.open_runner("openvino", str(tmp_path), {}, 1)
+    assert "(the plugin's default: none was asked)" in loaded.notes[0]
+    assert loaded.version.endswith(", bf16)" if HAS_BF16 else ", f32)")
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no bf16 instructions")
+def test_openvino_bf16_computes_in_bf16_and_is_lossier_than_fp32(tiny_model, tmp_path) -> None:
+    artifact, predict = _lower(tiny_model, tmp_path / "model.openvino", precision="bf16")
+    assert runner._ov_rt_precision(_read(artifact.path)) == "bf16"
+    assert any(n.startswith("bf16: host checked") for n in artifact.notes), artifact.notes
+    assert 25 <= sqnr_against_eager(tiny_model, predict) < 60
+    assert runner.open_runner("openvino", str(artifact.path), {}, 1).version.endswith(", bf16)")
+
+
+def test_bf16_is_refused_for_a_target_cpu_without_bf16_naming_it(tiny_model, tmp_path) -> None:
+    with pytest.raises(LoweringError, match=r"box \(AMD EPYC 7B13\) has neither"):
+        _lower(tiny_model, tmp_path / "model.openvino", precision="bf16", cpus=[("xeon", XEON), ("box", EPYC)])
+    assert not (tmp_path / "model.openvino").exists()
+
+
+@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no bf16 instructions")
+def test_the_runner_refuses_a_bf16_ir_on_a_cpu_without_bf16(tiny_model, tmp_path, monkeypatch) -> None:
+    artifact, _ = _lower(tiny_model, tmp_path / "model.openvino", precision="bf16")
+    monkeypatch.setattr(runner, "cpu_facts", lambda: EPYC)
+    with pytest.raises(RuntimeError, match=r"AMD EPYC 7B13\) has no bf16 instructions"):
+        runner.open_runner("openvino", str(artifact.path), {}, 1)
+
+
+def test_openvino_fp16_stores_f16_weights_in_half_the_file(tiny_model, tmp_path) -> None:
+    fp32, _ = _lower(tiny_model, tmp_path / "a" / "model.openvino")
+    fp16, predict = _lower(tiny_model, tmp_path / "b" / "model.openvino", precision="fp16")
+    assert fp16.details["weight_constants"].get("f16", 0) > 0 and fp16.details["inference_precision"] == "f32"
+    assert fp16.details["files"]["model.bin"] < 0.6 * fp32.details["files"]["model.bin"]
+    assert sqnr_against_eager(tiny_model, predict) >= 45
+
+
+def test_openvino_from_onnx_when_asked_and_when_the_capture_does_not_convert(tiny_model, tmp_path,
+                                                                             monkeypatch) -> None:
+    import openvino as ov
+
+    artifact, predict = _lower(tiny_model, tmp_path / "a" / "model.openvino", convert_from="onnx")
+    assert artifact.details["converted_from"] == "onnx" and sqnr_against_eager(tiny_model, predict) >= 60
+    real = ov.convert_model
+
+    def no_torch(model, **kwargs):
+        if not isinstance(model, str):
+            raise RuntimeError("Cannot convert operation aten::made_up")
+        return real(model, **kwargs)
+    monkeypatch.setattr(ov, "convert_model", no_torch)
+    artifact, predict = _lower(tiny_model, tmp_path / "b" / "model.openvino")
+    assert artifact.details["converted_from"] == "onnx"
+    assert any("aten::made_up" in n and "converted from ONNX instead" in n for n in artifact.notes)
+    with pytest.raises(LoweringError, match="could not convert the export capture: RuntimeError: .*aten::made_up"):
+        _lower(tiny_model, tmp_path / "c" / "model.openvino", convert_from="export")
+
+
+def test_the_ir_is_the_same_in_every_process_whatever_was_converted_before(tiny_model, tmp_path) -> None:
+    from edgeship.devices.hashing import sha256_path
+
+    first, _ = _lower(tiny_model, tmp_path / "a" / "model.openvino")
+    _lower(tiny_model, tmp_path / "b" / "model.openvino", precision="fp16")  # moves the converter's counters
+    again, _ = _lower(tiny_model, tmp_path / "c" / "model.openvino")
+    assert sha256_path(first.path) == sha256_path(again.path)
+
+
+def test_openvino_converts_a_trace_capture(tiny_model, tmp_path) -> None:
+    artifact, predict = _lower(tiny_model, tmp_path / "model.openvino", method="trace")
+    assert artifact.details["converted_from"] == "torchscript" and sqnr_against_eager(tiny_model, predict) >= 60
+
+
+def test_openvino_int8_by_nncf_with_sensitivity_and_keep_float(tiny_model, tmp_path) -> None:
+    import json
+
+    data = _calibration(tiny_model)
+    q = QuantizationSettings(method="mean-minmax")
+    artifact, predict = _lower(tiny_model, tmp_path / "a" / "model.openvino", precision="int8", quantization=q,
+                               calibration=data, fast_bias_correction=False)
+    details = artifact.details["quantization"]
+    assert details["engine"].startswith("NNCF") and details["samples"] == 32 and details["subset_size"] == 32
+    assert details["fake_quantize_nodes"] > 0 and artifact.details["operators"]["FakeQuantize"] > 0
+    assert details["fast_bias_correction"] is False and details["kept_float"] == []
+    report = json.loads((tmp_path / "a" / "sensitivity.json").read_text())
+    assert {row["op"] for row in report["layers"]} >= {"Convolution", "MatMul"}
+    assert sqnr_against_eager(tiny_model, predict) >= 20
+    worst = report["layers"][0]["layer"]
+    kept, _ = _lower(tiny_model, tmp_path / "b" / "model.openvino", precision="int8", calibration=data,
+                     quantization=QuantizationSettings(keep_float=1), fast_bias_correction=False)
+    assert kept.details["quantization"]["kept_float"] == [worst]
+    def feeds(path: Path) -> set[str]:
+        (op,) = [op for op in _read(path).get_ordered_ops() if op.get_friendly_name() == worst]
+        return {i.get_source_output().get_node().get_type_name() for i in op.inputs()}
+    assert "FakeQuantize" in feeds(artifact.path) and "FakeQuantize" not in feeds(kept.path)
+
+
+def test_openvino_int8_methods_change_the_ranges(tiny_model, tmp_path) -> None:
+    data = _calibration(tiny_model)
+    outputs = {}
+    for method in ("minmax", "mean-minmax"):
+        settings = QuantizationSettings(method=method, sensitivity=False)
+        artifact, predict = _lower(tiny_model, tmp_path / method / "model.openvino", precision="int8",
+                                   calibration=data, quantization=settings)
+        assert artifact.details["quantization"]["method"] == method
+        outputs[method] = predict([next(iter(data.inputs.values()))[:1]])[0]
+    assert not np.array_equal(outputs["minmax"], outputs["mean-minmax"])
+
+
+def test_openvino_runs_the_specs_dynamic_dimensions(tmp_path) -> None:
+    from tests.lowering.test_dynamic_shapes import CONV, loaded
+
+    artifact, _ = _lower(loaded(CONV), tmp_path / "model.openvino")
+    assert any(n.startswith("ran at the spec's sizes") for n in artifact.notes), artifact.notes
+    assert artifact.details["inputs"][0]["shape"] == "[1,3,8..32,8..24]"
+
+
+def test_plan_time_checks_of_openvino_variants(tmp_path) -> None:
+    from edgeship.profile import load_profile
+
+    def profile(body: str):
+        (tmp_path / "p.toml").write_text(body)
+        return load_profile(tmp_path / "p.toml")
+
+    with pytest.raises(ProfileError, match="options.inference_precision is for int8 variants"):
+        profile('[[variants]]\nname = "a"\nbackend = "openvino"\noptions = { inference_precision = "bf16" }\n')
+    with pytest.raises(ProfileError, match='precision = "bf16": backend onnx supports'):
+        profile('[[variants]]\nname = "a"\nbackend = "onnx"\nprecision = "bf16"\n')
+    with pytest.raises(ProfileError, match="mean-minmax"):
+        profile('[[variants]]\nname = "a"\nbackend = "onnx"\nprecision = "int8"\n'
+                'quantization = { method = "mean-minmax" }\n')
+    with pytest.raises(ProfileError, match="dynamic"):
+        profile('[[variants]]\nname = "a"\nbackend = "openvino"\nprecision = "int8"\n'
+                'quantization = { scheme = "dynamic" }\n')
+    variants = profile('[[variants]]\nname = "a"\nbackend = "openvino"\nprecision = "bf16"\n'
+                       '[[variants]]\nname = "b"\nbackend = "openvino"\n'
+                       '[[variants]]\nname = "c"\nbackend = "openvino"\nprecision = "int8"\n'
+                       'options = { inference_precision = "bf16" }\n').variants
+    assert [depends_on_cpu(v) for v in variants] == [True, False, True]
+
+
+def test_the_stage_key_of_a_bf16_variant_holds_the_target_cpus_lacking_bf16(tmp_path, tiny_project) -> None:
+    from edgeship.pipeline.plan import BuildRequest, make_plan
+    from edgeship.pipeline.stagecache import StageKeys
+    from tests.conftest import write_profile
+
+    profile = write_profile(tmp_path, '[[variants]]\nname = "a"\nbackend = "openvino"\nprecision = "bf16"\n'
+                                      '[[variants]]\nname = "b"\nbackend = "openvino"\n')
+    plan = make_plan(BuildRequest(target=str(profile), model=str(tiny_project / "model.toml")))
+    bf16, fp32 = plan.profile.variants
+    assert StageKeys(plan, [("x", XEON)]).artifact(bf16)["openvino_bf16"] == {"lacking_bf16": []}
+    assert StageKeys(plan, [("e", EPYC)]).artifact(bf16)["openvino_bf16"] == {"lacking_bf16": ["e (AMD EPYC 7B13)"]}
+    assert "openvino_bf16" not in StageKeys(plan, [("e", EPYC)]).artifact(fp32)
