@@ -52,7 +52,7 @@ def test_profile_wrong_type_names_key_and_value(tmp_path: Path) -> None:
 
 def test_profile_precision_literal_lists_allowed_values(tmp_path: Path) -> None:
     path = write_profile(tmp_path, VARIANT + 'precision = "fp31"\n')
-    with pytest.raises(ProfileError, match=r'precision = "fp31": not allowed; one of: fp16, fp32, int8, w8 '
+    with pytest.raises(ProfileError, match=r'precision = "fp31": not allowed; one of: bf16, fp16, fp32, int8, w8 '
                                            r'\(did you mean "fp32"\?\)'):
         load_profile(path)
 
