@@ -95,3 +95,22 @@ def test_ssh_device_that_keeps_dropping_gets_a_failure_record(sshd, ssh_device, 
     assert lat.p50_ms is None and lat.mean_ms is None and lat.cv is None
     assert lat.notes[-1].startswith("not measured: ssh to") and "gave up after 3 attempts" in lat.notes[-1]
     assert remote_jobs(sshd) == []
+
+
+def test_ssh_runs_an_openvino_ir_folder_checked_by_its_sha256_and_labelled_by_what_the_plugin_ran(
+        sshd, ssh_device, tmp_path, tiny_model, inputs) -> None:
+    from edgeship.devices.hashing import sha256_path
+    from tests.lowering.test_openvino import _lower
+
+    artifact, _ = _lower(tiny_model, tmp_path / "ov" / "model.openvino")
+    job = Job(runtime="openvino", artifact=artifact.path, sha256=sha256_path(artifact.path), inputs=inputs,
+              input_names=["image"], batch=1, warmup=1, iterations=5, threads=1, timeout_s=120,
+              options={"performance_hint": "LATENCY"})
+    remote = ssh_device().run_job(job, tmp_path / "via-ssh")
+    local = LocalDevice().run_job(job, tmp_path / "local")
+    assert remote.document["ok"] and remote.document["runtime_version"].endswith(", f32)")
+    np.testing.assert_array_equal(remote.outputs[0], local.outputs[0])
+    (artifact.path / "model.bin").write_bytes(b"0" + (artifact.path / "model.bin").read_bytes()[1:])
+    with pytest.raises(MeasurementError, match="sha256"):
+        ssh_device().run_job(job, tmp_path / "changed")
+    assert remote_jobs(sshd) == []
