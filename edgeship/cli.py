@@ -96,7 +96,7 @@ def add_bundle_parser(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--model", help="model.toml or module:callable of the build (default: the demo model)")
     u.add_argument("--input-shape", help="input shape for a module:callable model")
     u.add_argument("--out", help="the build's folder (default: artifacts/<target>/<model>)")
-    u.add_argument("--platform", action="append", choices=["android", "ios", "jetson", "web", "linux"],
+    u.add_argument("--platform", action="append", choices=["android", "ios", "jetson", "web", "linux", "x86"],
                    help="platform to bundle for (repeatable; default: the profile's [bundle] platforms); web also "
                         "writes the bundle unpacked beside its zip, ready to serve")
     u.add_argument("--variants", help="passing, fastest, or comma-separated variant names (default: the profile's)")

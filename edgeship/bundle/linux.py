@@ -34,9 +34,9 @@ def linux_app(meta: dict[str, Any], artifacts: list[dict[str, Any]],
     return files
 
 
-def sample_files(sample: Sample) -> dict[str, bytes]:
-    """``cpp/samples/<input>.npy`` for each input of ``sample``, in input order: little-endian and C
-    order, as edgeship_run reads them."""
+def sample_files(sample: Sample, folder: str = SAMPLES) -> dict[str, bytes]:
+    """``<folder>/<input>.npy`` (``cpp/samples/`` by default) for each input of ``sample``, in input
+    order: little-endian and C order, as edgeship_run reads them."""
     names = [re.sub(r"[^A-Za-z0-9_.-]", "_", name) for name in sample.arrays]
     if len(set(names)) < len(names):  # two inputs alike once made file names: number them instead
         names = [f"input{i}" for i in range(len(names))]
@@ -44,7 +44,7 @@ def sample_files(sample: Sample) -> dict[str, bytes]:
     for name, array in zip(names, sample.arrays.values()):
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")), allow_pickle=False)
-        files[f"{SAMPLES}/{name}.npy"] = buffer.getvalue()
+        files[f"{folder}/{name}.npy"] = buffer.getvalue()
     return files
 
 

@@ -1,7 +1,9 @@
 """One platform's bundle zip from a build: the chosen artifacts exactly as they were validated,
 the labels, model.json, a loading snippet (Kotlin, Swift), the device runner (jetson), the demo
-site (web: web.py), a README and manifest.json with every file's sha256 and size, the toolchain
-and the validation results. A web bundle is also written unpacked beside its zip, when asked.
+site (web: web.py), the C++ application (linux: linux.py), the Python and C++ programs that run
+OpenVINO IRs and ONNX models (x86: x86.py), a README and manifest.json with every file's sha256
+and size, the toolchain and the validation results. A web bundle is also written unpacked beside
+its zip, when asked.
 """
 from __future__ import annotations
 
@@ -22,9 +24,10 @@ from edgeship.bundle.sample import evaluation_sample
 from edgeship.bundle.selection import Selection, select_variants
 from edgeship.bundle.snippets import readme, snippet
 from edgeship.bundle.web import refuse_foreign, unpack, web_site
+from edgeship.bundle.x86 import x86_app
 from edgeship.devices.base import HERE as DEVICE_DIR
 from edgeship.devices.base import RUNNER_FILES
-from edgeship.devices.hashing import sha256_file
+from edgeship.devices.hashing import sha256_path
 from edgeship.errors import BundleError
 from edgeship.profile import BundleSettings, Profile
 from edgeship.results import Results, VariantResult
@@ -93,6 +96,9 @@ def make_bundle(platform: Platform, inputs: BundleInputs, *, unpacked: bool = Fa
     if platform.name == "linux":
         entries.update(linux_app(meta, artifacts, evaluation_sample(inputs.profile, inputs.spec, inputs.results,
                                                                     sel.warnings)))
+    if platform.name == "x86":
+        entries.update(x86_app(meta, artifacts, inputs.results.toolchain,
+                               evaluation_sample(inputs.profile, inputs.spec, inputs.results, sel.warnings)))
     entries["README.md"] = readme(platform, inputs.results, sel, artifacts, dest.name, inputs.spec).encode()
     write_zip(dest, entries, {**doc, "warnings": sel.warnings})
     return Bundle(dest, sel, unpack(dest, folder) if folder is not None else None)
@@ -149,14 +155,21 @@ def collect_artifacts(platform: Platform, inputs: BundleInputs,
 
 
 def artifact_files(platform: Platform, build_dir: Path, row: VariantResult) -> tuple[str, dict[str, Path]]:
-    """The zip paths of a variant's files (the artifact, or its whole folder) and its main path."""
+    """The zip paths of a variant's files (the artifact, alone or under a folder named after the variant,
+    or the variant's whole folder) and its main path; BundleError when the artifact is missing or
+    changed since the build validated it."""
     src = build_dir / str(row.file)
     if not src.exists():
         raise BundleError(f"{src}: the artifact of {row.name} is missing; build again")
-    if src.is_file() and row.sha256 and sha256_file(str(src)) != row.sha256:
+    if row.sha256 and sha256_path(src) != row.sha256:  # a folder's (an IR, an .mlpackage): of every file
         raise BundleError(f"{src}: changed since the build validated it (its sha256 differs from "
                           f"results.json); build again")
-    if platform.whole_folder:
+    if platform.by_variant:
+        main = f"{platform.folder}/{row.name}/{src.name}"
+        if src.is_file():
+            return main, {main: src}
+        root, base = src, main
+    elif platform.whole_folder:
         root, base = src.parent, f"{platform.folder}/{row.name}"
         main = f"{base}/{src.relative_to(root).as_posix()}"
     elif src.is_dir():

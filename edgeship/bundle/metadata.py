@@ -82,7 +82,7 @@ def runtime_needs(row: VariantResult, variant: Variant, toolchain: dict[str, str
     options = SPECS[variant.backend].parse_options(variant.options).model_dump()
     details = row.lowering.details
     describe = {"executorch": _executorch, "pytorch-mobile": _mobile, "coreml": _coreml, "onnx": _onnx,
-                "onnx-web": _onnx_web}
+                "onnx-web": _onnx_web, "openvino": _openvino}
     if variant.backend in describe:
         return describe[variant.backend](details, options, toolchain, row)
     return {"runtime": variant.backend, "options": options, "details": details}
@@ -124,10 +124,11 @@ def _onnx(details: dict[str, Any], options: dict[str, Any], toolchain: dict[str,
           row: VariantResult) -> dict[str, Any]:
     opset = details.get("opset")
     qdq = row.precision == "int8"
-    return {"runtime": "ONNX Runtime, or TensorRT from an engine built on the device",
+    return {"runtime": "ONNX Runtime (on a Jetson also TensorRT, from an engine built on the device)",
             "written_by": f"torch {toolchain.get('torch', 'unknown')}", "opset": opset,
             "format": "QDQ (int8 QuantizeLinear/DequantizeLinear pairs)" if qdq else "float",
-            "needs": f"a runtime that reads ONNX opset {opset}", "inputs": details.get("inputs"),
+            "needs": f"a runtime that reads ONNX opset {opset}",
+            "graph_optimization": options.get("graph_optimization"), "inputs": details.get("inputs"),
             "outputs": details.get("outputs")}
 
 
@@ -141,4 +142,22 @@ def _onnx_web(details: dict[str, Any], options: dict[str, Any], toolchain: dict[
             "build_toolchain": f"onnxruntime-web {measured}" if measured else None,
             "needs": f"onnxruntime-web with the wasm backend, reading ONNX opset {opset} (the bundle serves its own "
                      "copy from ort/)", "graph_optimization": options.get("graph_optimization"),
+            "inputs": details.get("inputs"), "outputs": details.get("outputs")}
+
+
+def _openvino(details: dict[str, Any], options: dict[str, Any], toolchain: dict[str, str],
+              row: VariantResult) -> dict[str, Any]:
+    version = str(details.get("openvino") or toolchain.get("openvino") or "unknown").split("-")[0]
+    compute = details.get("inference_precision")
+    weights = ", ".join(sorted(details.get("weight_constants") or {})) or "not recorded"
+    needs = (f"the OpenVINO runtime {version} or later with its CPU plugin (an older one may lack operators of this "
+             f"IR), compiling with INFERENCE_PRECISION_HINT {compute}, as recorded in the IR's runtime info "
+             "edgeship/inference_precision")
+    if compute == "bf16":
+        needs += "; a CPU with AVX512-BF16 or AMX"
+    return {"runtime": "OpenVINO runtime, CPU plugin", "written_by": f"openvino {version}",
+            "format": f"OpenVINO IR (model.xml + model.bin; weights {weights})"
+                      + (", int8 FakeQuantize by NNCF" if row.precision == "int8" else ""),
+            "inference_precision": compute, "performance_hint": options.get("performance_hint"),
+            "converted_from": details.get("converted_from"), "needs": needs,
             "inputs": details.get("inputs"), "outputs": details.get("outputs")}

@@ -8,7 +8,11 @@ and the device runner. web: onnxruntime-web ``.onnx`` (onnx-web) under ``models/
 site (a demo page, an ES module that loads and runs the model, onnxruntime-web's wasm files),
 written as a zip and, by ``edgeship bundle``, unpacked beside it. linux: AOTInductor ``.pt2`` and
 TorchScript ``.pt`` under ``models/``, with a C++ application (``cpp/``: CMake, LibTorch) that
-loads and times them (linux.py).
+loads and times them (linux.py). x86: OpenVINO IR folders (``model.openvino/``: model.xml and
+model.bin) and ONNX under ``models/<variant>/``, with Python programs that run them with the
+OpenVINO runtime and ONNX Runtime, and a C++ one (``cpp/``: CMake, ``ov::Core``) for the IRs
+(x86.py). ONNX goes in because an x86 box runs ONNX Runtime as naturally as OpenVINO, the x86
+profile builds and measures both, and a ``fastest`` bundle must be able to pick either.
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ class Platform:
     snippet: str | None       # template under bundle/templates, rendered to the same name without .j2
     whole_folder: bool        # copy the variant's folder (scripts beside the model), not only the artifact
     unpacked: bool = False    # also written as a folder beside the zip (a static site, ready to serve)
+    by_variant: bool = False  # each artifact (file or folder) under <folder>/<variant>/ by its own name
 
     def refuses(self, backend: str, options: dict[str, Any]) -> str | None:
         """None when this platform takes such an artifact, else why not."""
@@ -45,6 +50,7 @@ PLATFORMS: dict[str, Platform] = {
     "jetson": Platform("jetson", ("onnx", "tensorrt"), "models", None, True),
     "web": Platform("web", ("onnx-web",), "models", None, False, unpacked=True),
     "linux": Platform("linux", ("aoti", "torchscript"), "models", None, False),
+    "x86": Platform("x86", ("openvino", "onnx"), "models", None, False, by_variant=True),
 }
 
 

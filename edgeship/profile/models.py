@@ -122,9 +122,11 @@ class Variant(StrictModel):
 class BundleSettings(StrictModel):
     """App bundles written at the end of a build (``[bundle]``): one zip per platform."""
 
-    platforms: list[Literal["android", "ios", "jetson", "web", "linux"]] = Field(
+    platforms: list[Literal["android", "ios", "jetson", "web", "linux", "x86"]] = Field(
         min_length=1, description="Platforms to bundle for: android (.pte/.ptl), ios (.mlpackage/.pte), "
-                                  "jetson (ONNX, TensorRT), web (onnx-web: a static site with onnxruntime-web).")
+                                  "jetson (ONNX, TensorRT), web (onnx-web: a static site with onnxruntime-web), "
+                                  "linux (AOTInductor .pt2, TorchScript: a LibTorch C++ app), x86 (OpenVINO IR, "
+                                  "ONNX: Python programs for OpenVINO and ONNX Runtime, a C++ one for OpenVINO).")
     variants: Literal["passing", "fastest"] | list[str] = Field(
         "passing", description="passing: every variant that passed its gates; fastest: the passing variant with the "
                                "lowest p50; or a list of variant names (bundled even when a gate failed, "

@@ -31,11 +31,18 @@ def test_platforms_take_only_their_artifacts() -> None:
     assert web.refuses("onnx-web", {}) is None
     assert web.refuses("onnx", {}) == "web bundles take onnx-web artifacts, not onnx"
     assert "not onnx-web" in jetson.refuses("onnx-web", {}) and web.unpacked and not jetson.unpacked
+    x86 = PLATFORMS["x86"]
+    assert x86.refuses("openvino", {}) is None and x86.refuses("onnx", {}) is None and x86.by_variant
+    assert x86.refuses("tensorrt", {}) == "x86 bundles take openvino and onnx artifacts, not tensorrt"
+    assert "not openvino" in jetson.refuses("openvino", {}) and "not openvino" in PLATFORMS["linux"].refuses(
+        "openvino", {})
 
 
 def test_profile_bundle_section_loads(tmp_path: Path) -> None:
     profile = load_profile(write_profile(tmp_path, VARIANTS + '[bundle]\nplatforms = ["android", "jetson"]\n'))
     assert profile.bundle.platforms == ["android", "jetson"] and profile.bundle.variants == "passing"
+    x86 = load_profile(write_profile(tmp_path, VARIANTS + '[bundle]\nplatforms = ["x86"]\n', name="x86"))
+    assert x86.bundle.platforms == ["x86"]
 
 
 @pytest.mark.parametrize("section, message", [
@@ -46,7 +53,10 @@ def test_profile_bundle_section_loads(tmp_path: Path) -> None:
     ('platforms = ["android"]\nvariants = ["ort"]',
      'bundle.platforms[0] = "android": no variant of this profile goes into it'),
     ('platforms = ["windows"]',
-     'bundle.platforms[0] = "windows": not allowed; one of: android, ios, jetson, linux, web'),
+     'bundle.platforms[0] = "windows": not allowed; one of: android, ios, jetson, linux, web, x86'),
+    ('platforms = ["x86"]\nvariants = ["pte"]',
+     'bundle.variants[0] = "pte": no platform listed takes it (x86 bundles take openvino and onnx artifacts, '
+     'not executorch)'),
     ('platforms = ["web"]', 'bundle.platforms[0] = "web": no variant of this profile goes into it; web bundles '
                             'take onnx-web artifacts'),
     ('platforms = ["android"]\nvariant = "fastest"', 'unknown key bundle.variant (did you mean "variants"?)'),
