@@ -68,6 +68,7 @@ class OpenvinoBackend(OpenvinoSpec, Backend):
                 from edgeship.quantize.openvino import quantize_nncf
 
                 model, quantized = quantize_nncf(model, request)
+                stable_names(model, request.captured.model.spec.name)  # and the nodes NNCF made
                 notes += quantized.notes
                 details["quantization"] = quantized.details
             model.set_rt_info(compute, RT_KEY)

@@ -142,6 +142,27 @@ def test_the_ir_is_the_same_in_every_process_whatever_was_converted_before(tiny_
     assert sha256_path(first.path) == sha256_path(again.path)
 
 
+def test_the_int8_ir_is_the_same_in_every_process(tiny_model, tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from edgeship.devices.hashing import sha256_path
+
+    script = (f"import sys; sys.path.insert(0, {str(Path(__file__).parents[2])!r})\n"
+              "from pathlib import Path\n"
+              "from edgeship.model import load_model\nfrom edgeship.spec import load_spec\n"
+              "from edgeship.quantize.settings import QuantizationSettings\n"
+              "from tests.lowering.test_openvino import _calibration, _lower\n"
+              f"model = load_model(load_spec({str(tiny_model.spec.source)!r}))\n"
+              "_lower(model, Path(sys.argv[1]) / 'warm' / 'model.openvino')  # moves the counters\n"
+              "_lower(model, Path(sys.argv[1]) / 'q' / 'model.openvino', precision='int8',\n"
+              "       calibration=_calibration(model), quantization=QuantizationSettings(sensitivity=False))\n")
+    artifact, _ = _lower(tiny_model, tmp_path / "here" / "model.openvino", precision="int8",
+                         calibration=_calibration(tiny_model), quantization=QuantizationSettings(sensitivity=False))
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "there")], check=True, capture_output=True)
+    assert sha256_path(artifact.path) == sha256_path(tmp_path / "there" / "q" / "model.openvino")
+
+
 def test_openvino_converts_a_trace_capture(tiny_model, tmp_path) -> None:
     artifact, predict = _lower(tiny_model, tmp_path / "model.openvino", method="trace")
     assert artifact.details["converted_from"] == "torchscript" and sqnr_against_eager(tiny_model, predict) >= 60
