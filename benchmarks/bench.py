@@ -2,29 +2,42 @@
 machine's own limit, measured side by side in one run on this machine.
 
 For each model (the demo, resnet18, mobilenet_v3_large, a small transformer encoder) it builds
-the host, android and linux profiles (linux: the AOTInductor .pt2 and TorchScript .pt that LibTorch
-C++ runs) with the real command (a cold build with an empty cache, then the
-same build again unchanged), loads every artifact with the runtime that runs it, and times them
-interleaved with eager PyTorch and the peers, each in its own worker processes
-(benchmarks/harness.py). Peers, per precision (benchmarks/peers.py): fp32, ONNX Runtime's default
-session on a plain torch.onnx.export, ExecuTorch's documented XNNPACK flow and torch.compile; int8,
-ONNX Runtime's quantize_static and ExecuTorch's PT2E XNNPACK flow, both at their defaults and on
-the calibration samples edgeship's int8 variants use.
+the host, android, linux and x86 profiles (linux: the AOTInductor .pt2 and TorchScript .pt that
+LibTorch C++ runs; x86: OpenVINO IR in fp32, bf16, fp16 and int8 by NNCF, beside ONNX Runtime fp32
+and int8) with the real command (a cold build with an empty cache, then the same build again
+unchanged), loads every artifact with edgeship's own device runner for its runtime (OpenVINO's
+compiled with the inference precision its IR records, LATENCY hint; every runtime at its own
+default thread count, all cores here), and times them interleaved with eager PyTorch and the peers,
+each in its own worker processes (benchmarks/harness.py). Peers, per precision
+(benchmarks/peers.py): fp32, ONNX Runtime's default session on a plain torch.onnx.export,
+ExecuTorch's documented XNNPACK flow, torch.compile, and OpenVINO's documented defaults
+(convert_model on torch.export, save_model's defaults, compile_model(model, "CPU") with no
+configuration); int8, ONNX Runtime's quantize_static, ExecuTorch's PT2E XNNPACK flow and
+nncf.quantize ("peer: nncf default ptq"), all at their defaults and on the calibration samples
+edgeship's int8 variants use. A peer is compared in the precision it computes in: the OpenVINO
+default peer's plugin reads back what it compiled for, and on a CPU with AVX512-BF16 or AMX that is
+bf16, so it is a bf16 peer there (its row says so), compared with edgeship's openvino-bf16.
 
 Accuracy is judged on evaluation data apart from the calibration data (the random-weight models:
 another seed and another distribution; the demo: held-out digits), against one budget for every
 candidate: top-1 within 1 point where there are labels, else 25 dB SQNR against the float model.
 Headline ratios compare like with like: the fastest fp32 variant with the fastest fp32 peer, the
-fastest int8 variant with the fastest int8 peer (both inside the budget), each with a sign-test
-interval over the rounds (benchmarks/stats.py); an interval that holds 1.0 is a tie (≈). Rounds are
-added where a headline interval is still wide. Byte-identical artifacts are timed once. It prints
-one table and writes benchmarks/results/latest.json. Nothing is asserted: the figures are printed.
+fastest int8 variant with the fastest int8 peer, the fastest bf16 variant with the fastest bf16 peer
+where there are bf16 candidates (all inside the budget), each with a sign-test interval over the
+rounds (benchmarks/stats.py); an interval that holds 1.0 is a tie (≈). Rounds are added where a
+headline interval (or an OpenVINO figure's) is still wide. Byte-identical artifacts are timed once.
+It prints one table, then per model and precision each runtime's fastest candidate inside the
+budget side by side (which of OpenVINO, ONNX Runtime, ExecuTorch and the others is fastest:
+``by_runtime``), then the OpenVINO figures of issue 16 (int8 p50 over fp32 p50, int8 against the
+NNCF-defaults peer and against eager, the int8, bf16 and fp32 SQNR: ``openvino``, each beside its
+target), and writes benchmarks/results/latest.json (or ``--out``). Nothing is asserted: the figures
+are printed.
 
 For the demo and resnet18 (``--web``) the web profile is built too and its variants are timed in
 Chromium, at 1 and 2 threads, beside native ONNX Runtime and the onnxruntime-web peer
 (benchmarks/web.py); a second table prints those rows.
 
-    python benchmarks/bench.py [--models resnet18,encoder] [--profiles host] [--rounds 5] [--web '']
+    python benchmarks/bench.py [--models resnet18,encoder] [--profiles host,x86] [--rounds 5] [--web ''] [--out F]
 """
 from __future__ import annotations
 
@@ -57,7 +70,7 @@ MODELS = {"digitnet": REPO / "edgeship" / "demo" / "model.toml",
           "resnet18": HERE / "models" / "resnet18.toml",
           "mobilenet_v3_large": HERE / "models" / "mobilenet_v3_large.toml",
           "encoder": HERE / "models" / "encoder.toml"}
-PROFILES = ("host", "android", "linux")
+PROFILES = ("host", "android", "linux", "x86")
 CALIBRATION_SAMPLES, EVALUATION_SAMPLES = 64, 32
 
 
@@ -163,7 +176,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of: " + ", ".join(MODELS))
     parser.add_argument("--profiles", default=",".join(PROFILES),
-                        help="target profiles to build (default: host,android,linux)")
+                        help="target profiles to build (default: " + ",".join(PROFILES) + ")")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds for every candidate")
     parser.add_argument("--max-rounds", type=int, default=15,
                         help="rounds a headline comparison may get in all while its interval is still wide")
@@ -172,6 +185,8 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=15, help="timed runs per candidate per round")
     parser.add_argument("--web", default="digitnet,resnet18",
                         help="models whose web profile is built and timed in Chromium too ('' for none)")
+    parser.add_argument("--out", type=Path, default=LATEST,
+                        help=f"where the results go (default: {LATEST.relative_to(REPO)})")
     args = parser.parse_args()
     args.profiles = args.profiles.split(",")
     args.web_models = [m for m in args.web.split(",") if m]
@@ -191,13 +206,14 @@ def main() -> None:
     results["machine"]["after"] = machine_peaks()   # drift shows here
     use_peaks(results)
     results["seconds"] = round(time.perf_counter() - started, 1)
-    LATEST.parent.mkdir(parents=True, exist_ok=True)
-    tmp = LATEST.with_suffix(".json.tmp")
+    out = args.out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(results, indent=2) + "\n")
-    tmp.replace(LATEST)
+    tmp.replace(out)
     print_table(results)
     print_web(results)
-    print(f"wrote {LATEST.relative_to(REPO)} in {results['seconds']:.0f} s")
+    print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out} in {results['seconds']:.0f} s")
 
 
 def _cpu() -> dict:

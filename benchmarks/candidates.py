@@ -2,7 +2,9 @@
 here, and the peers, each with its precision, size and accuracy on the evaluation data.
 
 A candidate is a dict: ``job`` (how a timing worker loads it), ``kind`` (eager, edgeship, peer),
-``precision`` (fp32 or int8: the class its headline compares within), ``size_bytes``,
+``precision`` (fp32, bf16 or int8: the class its headline compares within, by what it computes in:
+an fp16 artifact computed in f32 is fp32, an fp32 model an OpenVINO plugin computes in bf16 is bf16),
+``runtime`` (what runs it: the device runner's runtime id, or the peer's), ``size_bytes``,
 ``sqnr_db`` / ``top1_drop`` (against the float model on the evaluation samples: edgeship's from its
 results.json, the peers' measured here the same way), ``identity`` (runtime and file sha256) and
 ``same_as``: a byte-identical candidate run by the same runtime is timed once, as the first of them.
@@ -16,12 +18,20 @@ from typing import Any
 
 import numpy as np
 
+# (name, make, load, identity): the last names the runtime in a peer's identity (``mark_identical``).
+# The OpenVINO peers' is their own: the plugin compiles them at its defaults, not as edgeship's
+# runner compiles its IR (precision and hint pinned), so the same bytes would not time the same.
+PLUGIN_DEFAULTS = "openvino (plugin defaults)"
 PEERS_FP32 = (("peer: onnxruntime default", "make_ort_default", "load_ort_default", "onnx"),
               ("peer: executorch xnnpack default", "make_executorch_default", "load_executorch_default",
-               "executorch"))
+               "executorch"),
+              ("peer: openvino default", "make_openvino_default", "load_openvino_default", PLUGIN_DEFAULTS))
 PEERS_INT8 = (("peer: onnxruntime quantize_static defaults", "make_ort_int8_default", "load_ort_default", "onnx"),
               ("peer: executorch xnnpack int8 default flow", "make_executorch_int8_default",
-               "load_executorch_default", "executorch"))
+               "load_executorch_default", "executorch"),
+              ("peer: nncf default ptq", "make_nncf_int8_default", "load_openvino_default", PLUGIN_DEFAULTS))
+RUNTIME_OF = {"onnx": "onnxruntime", PLUGIN_DEFAULTS: "openvino"}  # a peer's identity -> the runtime's id
+CALIBRATED = ("make_executorch_int8_default", "make_nncf_int8_default")  # make(module, example, calibration, folder)
 
 
 @dataclass
@@ -41,7 +51,8 @@ def candidates_of(spec_path: Path, folder: Path, profiles: list[str]) -> Found:
     model = load_model(spec)
     eager = {"spec": spec.model_dump(mode="json"), "base_dir": str(spec.base_dir), "trust_weights": False}
     found = {"eager": {"job": ("harness:runner_loader", ("eager", None, eager, None)), "kind": "eager",
-                       "precision": "fp32", "size_bytes": None, "sqnr_db": None, "top1_drop": 0.0}}
+                       "precision": "fp32", "runtime": "eager", "size_bytes": None, "sqnr_db": None,
+                       "top1_drop": 0.0}}
     for profile in profiles:
         out = folder / profile
         found.update(artifacts(Results.read(out / "results.json"), out, profile))
@@ -51,7 +62,8 @@ def candidates_of(spec_path: Path, folder: Path, profiles: list[str]) -> Found:
 
 
 def artifacts(results: Any, out: Path, label: str) -> dict[str, dict[str, Any]]:
-    """The build's artifacts that run here, loaded as the device runner loads them."""
+    """The build's artifacts that run here, loaded as the device runner loads them (by its
+    runtime id, with the runtime's own default thread count, as every candidate here)."""
     from edgeship.lowering.backends import BACKENDS
     from edgeship.profile import load_profile
 
@@ -65,11 +77,20 @@ def artifacts(results: Any, out: Path, label: str) -> dict[str, dict[str, Any]]:
         acc = row.accuracy
         rows[f"{label}/{row.name}"] = {
             "job": ("harness:runner_loader", (backend.runtime, str(out / row.file), options, None)),
-            "kind": "edgeship", "backend": row.backend, "precision": "int8" if row.precision == "int8" else "fp32",
+            "kind": "edgeship", "backend": row.backend, "runtime": backend.runtime,
+            "precision": precision_class(row.precision, options), "built_precision": row.precision,
             "quantization": row.quantization, "size_bytes": row.size_bytes,
             "top1_drop": acc.top1_drop if acc else None, "sqnr_db": acc.sqnr_db if acc else None,
             "identical": bool(acc and acc.max_abs_err == 0.0), "identity": (backend.runtime, row.sha256)}
     return rows
+
+
+def precision_class(precision: str, options: dict[str, Any]) -> str:
+    """The class a variant's headline compares within: int8; bf16 where it computes in bf16 (an
+    OpenVINO bf16 variant); else fp32 (fp32, and fp16 weights computed in f32, as before)."""
+    if precision == "int8":
+        return "int8"
+    return "bf16" if precision == "bf16" or options.get("inference_precision") == "bf16" else "fp32"
 
 
 def peers(spec: Any, model: Any, folder: Path) -> dict[str, dict[str, Any]]:
@@ -82,31 +103,50 @@ def peers(spec: Any, model: Any, folder: Path) -> dict[str, dict[str, Any]]:
     compile_args = (spec.model_dump(mode="json"), str(spec.base_dir))
     compiled = peer_module.load_torch_compile(*compile_args)
     rows = {"peer: torch.compile": {"job": ("peers:load_torch_compile", compile_args), "kind": "peer",
-                                    "precision": "fp32", "size_bytes": None,
+                                    "precision": "fp32", "runtime": "torch.compile", "size_bytes": None,
                                     **peer_accuracy(lambda arrays: [compiled(arrays).numpy()], evaluation, reference)}}
     fp32_onnx = None
     for precision, table in (("fp32", PEERS_FP32), ("int8", PEERS_INT8)):
-        for name, make, load, runtime in table:
+        for name, make, load, identity in table:
             try:
                 if make == "make_ort_int8_default":
                     if fp32_onnx is None:
                         raise RuntimeError("the plain export it quantizes failed")
                     path = peer_module.make_ort_int8_default(fp32_onnx, calibration, folder)
-                elif make == "make_executorch_int8_default":
-                    path = peer_module.make_executorch_int8_default(model.module, model.example_inputs,
-                                                                    calibration, folder)
+                elif make in CALIBRATED:
+                    path = getattr(peer_module, make)(model.module, model.example_inputs, calibration, folder)
                 else:
                     path = getattr(peer_module, make)(model.module, model.example_inputs, folder)
+                if make == "make_ort_default":
+                    fp32_onnx = path
+                predict = getattr(peer_module, load)(str(path))
+                accuracy = peer_accuracy(predict, evaluation, reference)
             except Exception as e:  # a peer that cannot handle this model is reported, not fatal
-                print(f"  {name} failed here: {type(e).__name__}: {str(e).splitlines()[0][:160]}", flush=True)
+                first = (str(e).splitlines() or [""])[0][:160]
+                print(f"  {name} failed here: {type(e).__name__}: {first}", flush=True)
                 continue
-            if make == "make_ort_default":
-                fp32_onnx = path
-            predict = getattr(peer_module, load)(str(path))
-            rows[name] = {"job": (f"peers:{load}", (str(path),)), "kind": "peer", "precision": precision,
-                          "size_bytes": peer_module.size_of(path), "identity": (runtime, _sha256(path)),
-                          **peer_accuracy(predict, evaluation, reference)}
+            row = {"job": (f"peers:{load}", (str(path),)), "kind": "peer", "precision": precision,
+                   "runtime": RUNTIME_OF.get(identity, identity), "size_bytes": peer_module.size_of(path),
+                   "identity": (identity, _sha256(path)), **accuracy}
+            if isinstance(predict, peer_module.OpenVinoDefault):
+                row.update(plugin_compiled(predict, precision))
+            rows[name] = row
     return rows
+
+
+def plugin_compiled(predict: Any, precision: str) -> dict[str, Any]:
+    """What OpenVINO's CPU plugin compiled a peer for, at its defaults, as the row records it: an
+    fp32 model it computes in bf16 (a CPU with AVX512-BF16 or AMX) is compared as bf16, not fp32;
+    an int8 model stays int8 (its float layers are what the hint covers)."""
+    compiled = {"inference_precision": predict.precision, "threads": predict.threads,
+                "performance_hint": predict.hint}
+    note = (f"the CPU plugin at its defaults compiled it for {predict.precision} inference "
+            f"(INFERENCE_PRECISION_HINT), {predict.hint} hint, {predict.threads} threads")
+    if precision == "fp32" and predict.precision != "fp32":
+        return {"precision": predict.precision, "plugin": compiled,
+                "note": note + f": compared as {predict.precision}, not fp32"}
+    return {"plugin": compiled, "note": note + ("; the layers NNCF leaves in float compute in it"
+                                                if precision == "int8" else "")}
 
 
 def peer_data(spec: Any) -> tuple[list[list[np.ndarray]], Any]:
@@ -160,8 +200,9 @@ def mark_identical(found: dict[str, dict[str, Any]]) -> None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256(path.read_bytes())
-    data = path.with_name(path.name + ".data")
-    if data.exists():
-        digest.update(data.read_bytes())
+    import peers as peer_module
+
+    digest = hashlib.sha256()
+    for part in peer_module.parts_of(path):  # the file, then its external data or IR weights
+        digest.update(part.read_bytes())
     return digest.hexdigest()
