@@ -63,6 +63,12 @@ class Backend(BackendSpec):
         """None when artifacts with these options run here; otherwise why not."""
         return None
 
+    def unavailable_here(self, options: Any, precision: str) -> str | None:
+        """Why a variant of this precision with these options is not measured on this machine (None:
+        it is); default: ``available(options)``. A backend whose runtime needs the CPU's support for a
+        precision (OpenVINO's bf16) says so here."""
+        return self.available(options)
+
     def wants_dynamic_batch(self, options: Any) -> bool:
         return False
 

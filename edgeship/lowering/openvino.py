@@ -13,7 +13,10 @@ artifact's sha256 covers both (``devices/hashing.py``).
   runtime info (``edgeship/inference_precision``) and set as the plugin's INFERENCE_PRECISION_HINT
   by the runner, which refuses a CPU whose plugin would compute otherwise: left alone, the plugin runs
   an fp32 model in bf16 on CPUs with AVX512-BF16 or AMX.
-- ``bf16`` is refused at lowering for a target CPU without AVX512-BF16 or AMX (named).
+- A ``bf16`` IR runs only on a CPU with AVX512-BF16 or AMX: lowering names the target CPUs without
+  them, it is not measured on this machine when this CPU has neither (``unavailable_here``: the
+  row says why, as for any artifact that cannot run here), and the runner refuses it on such a
+  device.
 """
 from __future__ import annotations
 
@@ -83,6 +86,15 @@ class OpenvinoBackend(OpenvinoSpec, Backend):
                                      **({} if precision == "fp32" else {"min_sqnr_db": None})))
         return Artifact(request.dest, notes, details)
 
+    def unavailable_here(self, options: Any, precision: str) -> str | None:
+        reason = self.available(options)
+        if reason is None and inference_precision(precision, options) == "bf16":
+            (_, facts), = this_machine()
+            if lacking_bf16([("host", facts)]):
+                return (f"this CPU ({(facts or {}).get('model') or 'model unknown'}) has no bf16 instructions "
+                        f"({' or '.join(BF16_FLAGS)}): OpenVINO would compute this bf16 IR in f32")
+        return reason
+
     def runs_here(self, compute: str) -> bool:
         """Whether this machine's plugin can compute in ``compute`` (bf16 needs the CPU's support)."""
         return compute != "bf16" or not lacking_bf16(this_machine())
@@ -94,17 +106,18 @@ def inference_precision(precision: str, options: Any) -> str:
 
 
 def check_bf16_cpus(cpus: list[tuple[str, dict[str, Any] | None]] | None) -> str:
-    """Refuse bf16 for target CPUs without bf16 instructions (LoweringError naming them); a note
-    saying what was checked, and which CPUs could not be (the runner checks those when it runs)."""
+    """A note on which target CPUs can compute the bf16 IR: those with bf16 instructions, those
+    without (the IR is not measured there: the runner refuses it, and on this machine the row says
+    why) and those whose flags are unknown (the runner checks there)."""
     cpus = this_machine() if cpus is None else cpus
     lacking = lacking_bf16(cpus)
-    if lacking:
-        raise LoweringError(f"precision \"bf16\" needs a CPU with AVX512-BF16 or AMX ({', '.join(BF16_FLAGS)}); "
-                            f"{', '.join(lacking)} has neither, and OpenVINO's CPU plugin would compute in f32 "
-                            "there: build openvino fp32 or int8 for it")
     unknown = [name for name, facts in cpus if not (facts or {}).get("flags")]
-    checked = [name for name, _ in cpus if name not in unknown]
-    note = f"bf16: {', '.join(checked) or 'no target CPU'} checked for {' or '.join(BF16_FLAGS)}"
+    lacking_names = [entry.split(" (", 1)[0] for entry in lacking]
+    able = [name for name, _ in cpus if name not in unknown and name not in lacking_names]
+    note = f"bf16 ({' or '.join(BF16_FLAGS)}): {', '.join(able) or 'no target CPU'} can compute it"
+    if lacking:
+        note += (f"; {', '.join(lacking)} cannot (no bf16 instructions: OpenVINO would compute in f32 there, so it "
+                 "is not measured there; build openvino fp32 or int8 for such a CPU)")
     return note + (f"; flags of {', '.join(unknown)} unknown: the runner checks there" if unknown else "")
 
 

@@ -266,7 +266,8 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
     jobs: list[tuple[VariantResult, Job, str | None]] = [(rows[0], eager_job(plan, model, ref), None)]
     for item, row in zip(lowered, rows[1:]):
         if item.artifact is not None:
-            jobs.append((row, artifact_job(plan, model, ref, item), item.backend.available(item.options)))
+            jobs.append((row, artifact_job(plan, model, ref, item),
+                         item.backend.unavailable_here(item.options, item.variant.precision)))
     sized = size_jobs(plan, ref, jobs[1:])
     current = ReuseKey((model.spec.entry, model.weights_sha256, model.params), inputs_fingerprint(ref),
                        reference_fingerprint(ref),

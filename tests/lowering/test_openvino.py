@@ -86,15 +86,26 @@ def test_an_ir_edgeship_did_not_write_runs_at_the_plugins_default_and_the_notes_
 def test_openvino_bf16_computes_in_bf16_and_is_lossier_than_fp32(tiny_model, tmp_path) -> None:
     artifact, predict = _lower(tiny_model, tmp_path / "model.openvino", precision="bf16")
     assert runner._ov_rt_precision(_read(artifact.path)) == "bf16"
-    assert any(n.startswith("bf16: host checked") for n in artifact.notes), artifact.notes
+    assert any(n.startswith("bf16 (") and "host can compute it" in n for n in artifact.notes), artifact.notes
     assert 25 <= sqnr_against_eager(tiny_model, predict) < 60
     assert runner.open_runner("openvino", str(artifact.path), {}, 1).version.endswith(", bf16)")
 
 
-def test_bf16_is_refused_for_a_target_cpu_without_bf16_naming_it(tiny_model, tmp_path) -> None:
-    with pytest.raises(LoweringError, match=r"box \(AMD EPYC 7B13\) has neither"):
-        _lower(tiny_model, tmp_path / "model.openvino", precision="bf16", cpus=[("xeon", XEON), ("box", EPYC)])
-    assert not (tmp_path / "model.openvino").exists()
+def test_a_bf16_ir_names_the_target_cpus_that_cannot_compute_it_and_is_not_measured_on_such_a_host(
+        tiny_model, tmp_path, monkeypatch) -> None:
+    from edgeship.quantize import cpu_choice
+
+    artifact, _ = _lower(tiny_model, tmp_path / "model.openvino", precision="bf16",
+                         cpus=[("xeon", XEON), ("box", EPYC)])
+    note = next(n for n in artifact.notes if n.startswith("bf16 ("))
+    assert "xeon can compute it" in note and "box (AMD EPYC 7B13) cannot" in note
+    backend = BACKENDS["openvino"]
+    monkeypatch.setattr(cpu_choice, "cpu_facts", lambda: EPYC)
+    reason = backend.unavailable_here(backend.parse_options({}), "bf16")
+    assert reason and reason.startswith("this CPU (AMD EPYC 7B13) has no bf16 instructions")
+    assert backend.unavailable_here(backend.parse_options({}), "fp32") is None
+    monkeypatch.setattr(cpu_choice, "cpu_facts", lambda: XEON)
+    assert backend.unavailable_here(backend.parse_options({}), "bf16") is None
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="this CPU has no bf16 instructions")
