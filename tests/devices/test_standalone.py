@@ -20,7 +20,8 @@ from edgeship.pipeline.validate import measure
 from edgeship.profile import LatencySettings
 from edgeship.results import CpuFacts
 
-DEVICE_RUNTIMES = {"pytorch-mobile", "executorch", "onnxruntime", "coreml", "tensorrt", "aoti", "torchscript"}
+DEVICE_RUNTIMES = {"pytorch-mobile", "executorch", "onnxruntime", "coreml", "tensorrt", "aoti", "torchscript",
+                   "openvino"}
 # Run before the code under test: the device has numpy and the runtimes, but no edgeship.
 NO_EDGESHIP = """\
 import sys
