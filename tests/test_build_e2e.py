@@ -49,7 +49,12 @@ def check_manifest(out_dir: Path, results: dict) -> None:
     """The build folder's manifest lists every file of the build with its sha256, and nothing is staged."""
     manifest = json.loads((out_dir / ".edgeship-build.json").read_text())
     assert manifest["build_key"] == results["build_key"]
-    assert {row["file"] for row in results["variants"][1:]} | {"results.json", "report.md"} <= set(manifest["files"])
+    files = set()
+    for row in results["variants"][1:]:  # a folder artifact (an OpenVINO IR) is listed file by file
+        path = out_dir / row["file"]
+        files |= {p.relative_to(out_dir).as_posix() for p in path.rglob("*") if p.is_file()} if path.is_dir() \
+            else {row["file"]}
+    assert files and files | {"results.json", "report.md"} <= set(manifest["files"])
     assert all(sha256_file(out_dir / rel) == sha for rel, sha in manifest["files"].items())
     assert not (out_dir / ".edgeship-incomplete.json").exists() and not (out_dir / ".work" / ".staged").exists()
 
