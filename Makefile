@@ -9,13 +9,13 @@ DEVICE ?=
 
 .DEFAULT_GOAL := build
 WEB    := web/node_modules/.installed
-.PHONY: build setup lint test test-slow test-all bench bench-quick bench-quant bench-ceiling bench-web-settings bench-web-ceiling zoo clean
+.PHONY: build setup lint test test-slow test-all matrix bench bench-team bench-quick bench-quant bench-ceiling bench-web-settings bench-web-ceiling zoo clean
 
 # The sentinel is rebuilt when .venv is missing or pyproject.toml changed.
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,team]'
 	touch $@
 
 # onnxruntime-web (pinned in web/package-lock.json) for the browser device and web bundles. Without
@@ -43,10 +43,22 @@ test-slow: $(VENV)/.installed $(WEB)
 test-all: $(VENV)/.installed $(WEB)
 	$(BIN)/python -m pytest -q
 
+# Every model x target x device of a matrix file (default: the demo on host and android):
+#   make matrix [MATRIX=file.toml] [OUT=folder] [RAY=auto|ADDRESS]
+MATRIX ?= examples/matrix.toml
+OUT    ?= artifacts/matrix
+matrix: $(VENV)/.installed
+	$(BIN)/edgeship matrix $(MATRIX) --out $(OUT) $(if $(RAY),--ray $(RAY))
+
 bench: $(VENV)/.installed $(WEB)
 	$(BIN)/python benchmarks/bench.py
 
 # Day-to-day: resnet18 on the host profile only, fewer rounds.
+# A team lab's costs: Ray's overhead per build task on the demo matrix, and rows/s into one
+# PostgreSQL from concurrent writers (a real server started for it).
+bench-team: $(VENV)/.installed
+	$(BIN)/python benchmarks/team.py
+
 bench-quick: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench.py --models resnet18 --profiles host --rounds 5 --max-rounds 9 --web ""
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from edgeship.cache import CacheSummary
     from edgeship.devices.base import DeviceReport
     from edgeship.devices.config import DeviceSet
+    from edgeship.matrix.run import MatrixRun
     from edgeship.reports import WrittenReport
 
 
@@ -33,6 +34,22 @@ def build(target: str, model: str | None = None, *, input_shape: str | None = No
                            device_names=list(devices or []), trust_weights=trust_weights,
                            debug=debug, quiet=quiet, resume=resume, remeasure=remeasure, db=db)
     return _run_build(request)
+
+
+def matrix(file: str | Path, out: str | Path, *, ray: str | None = None, db: str | None = None,
+           num_cpus: float | None = None, quiet: bool = False) -> MatrixRun:
+    """Build every (model, target) of a matrix file and measure each on its devices, one after
+    another here or (``ray``: "auto" or a cluster address) as Ray tasks; each build's folder lands
+    under ``out`` as ``build`` writes it, then matrix.md and matrix.json. Bad input: MatrixError
+    (exit 2), before the first build. A build that fails is reported in the run, not raised."""
+    from edgeship.matrix.run import run_matrix
+    from edgeship.matrix.spec import load_matrix
+
+    say = (lambda _line: None) if quiet else (lambda text: print(text, flush=True))
+    loaded = load_matrix(file)
+    if num_cpus is not None:
+        loaded.num_cpus = num_cpus
+    return run_matrix(loaded, Path(out), ray=ray, db=db, say=say)
 
 
 def cache_info() -> tuple[Path, int, int]:

@@ -41,10 +41,33 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("name", help="device name")
     add_report_parser(sub)
     add_bundle_parser(sub)
+    add_matrix_parser(sub)
     k = sub.add_parser("cache", help="the stage cache under artifacts/.cache (or $EDGESHIP_CACHE_DIR)")
     k.add_argument("cache_command", choices=["clear", "info"],
                    help="clear: delete every entry (only what edgeship wrote there); info: where and how big")
     return p
+
+
+def add_matrix_parser(sub: argparse._SubParsersAction) -> None:
+    m = sub.add_parser("matrix", help="build every model of a matrix file for every target and measure them on its "
+                                      "devices, here or on a Ray cluster; writes each build folder and matrix.md")
+    m.add_argument("file", help="matrix file (models, targets, devices): see examples/matrix.toml")
+    m.add_argument("--out", required=True, help="folder for the builds (<out>/<target>/<model>/) and the report")
+    m.add_argument("--ray", metavar="auto|ADDRESS",
+                   help="run the builds as Ray tasks: auto ($RAY_ADDRESS, else a local cluster started here) or a "
+                        "cluster address (ray://head:10001, head:6379); unset: one build after another here")
+    m.add_argument("--db", help="results database every build records into (default: $EDGESHIP_DB, else "
+                                "sqlite:///artifacts/results.db); on a cluster, a PostgreSQL URL")
+    m.add_argument("--num-cpus", type=finite_float, help="CPUs each build task asks Ray for (default: the matrix "
+                                                         "file's num_cpus, else 1)")
+    lab = sub.add_parser("lab", help="a lab machine's part in a Ray cluster")
+    lsub = lab.add_subparsers(dest="lab_command", required=True)
+    node = lsub.add_parser("node", help="start a Ray worker on this machine that owns the devices of a devices "
+                                        "file (a custom resource device:<name> each)")
+    node.add_argument("--devices", dest="devices_file", required=True, help="devices.toml of the devices attached here")
+    node.add_argument("--address", required=True, help="the Ray head, e.g. head:6379")
+    node.add_argument("--device", action="append", default=[], help="only these devices of the file (repeatable)")
+    node.add_argument("--num-cpus", type=int, help="CPUs this node offers to build tasks (default: Ray's: all)")
 
 
 def finite_float(text: str) -> float:
@@ -209,8 +232,31 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from edgeship import api
+    from edgeship.matrix.spec import MatrixError
+
+    if args.num_cpus is not None and args.num_cpus <= 0:
+        raise MatrixError(f"--num-cpus {args.num_cpus:g}: must be more than 0")
+    run = api.matrix(args.file, args.out, ray=args.ray, db=args.db, num_cpus=args.num_cpus)
+    print(f"wrote {run.report} ({len(run.results)} builds in {run.seconds:.1f} s, {run.engine})")
+    if run.failed:
+        print(f"edgeship: error: {len(run.failed)} of {len(run.results)} builds did not pass: "
+              + ", ".join(f"{r.model} × {r.target} ({r.state})" for r in run.failed), file=sys.stderr)
+        return max(GateFailure.exit_code if r.state == "gates failed" else 1 for r in run.failed)
+    return 0
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    from edgeship.matrix.lab import start_node
+
+    command = start_node(args.devices_file, args.address, args.device, args.num_cpus)
+    print("started: " + " ".join(command))
+    return 0
+
+
 COMMANDS = {"build": cmd_build, "devices": cmd_devices, "report": cmd_report, "bundle": cmd_bundle,
-            "cache": cmd_cache}
+            "cache": cmd_cache, "matrix": cmd_matrix, "lab": cmd_lab}
 
 
 def quiet_libraries() -> None:

@@ -47,6 +47,24 @@ def atomic_output(dest: Path, size: int | None = None) -> Iterator[Path]:
         remove_path(tmp)
 
 
+@contextlib.contextmanager
+def atomic_output_named(dest: Path) -> Iterator[Path]:
+    """``atomic_output`` for writers that record the file's own name inside it: the writer gets a path
+    with ``dest``'s exact name, in a temporary folder beside it. torch.jit's archives (``.pt``,
+    ``.ptl``) are zips rooted in a folder named after the file: written under a temporary name, that
+    folder was the temporary name (their bytes differ between saves anyway: torch writes a random
+    serialization id into each)."""
+    dest = Path(dest)
+    with atomic_output(dest) as tmp:
+        work = Path(tempfile.mkdtemp(prefix=f".{dest.stem}.tmp-{os.getpid()}-", dir=dest.parent))
+        try:
+            named = work / dest.name
+            yield named
+            os.replace(named, tmp)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def atomic_write_bytes(dest: Path, data: bytes) -> None:
     """Write ``data`` to ``dest`` atomically (OutputError naming it when the disk is full)."""
     with atomic_output(dest, size=len(data)) as tmp:

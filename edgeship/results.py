@@ -110,6 +110,12 @@ class Latency(ResultModel):
     load_ms: float | None = None
     peak_rss_mb: float | None = Field(None, description="Peak resident memory of the runner process.")
     measured_at: str | None = None
+    node: str | None = Field(
+        None, description="Where the measurement ran when it ran through Ray (edgeship matrix on a cluster): the "
+                          "node's host and Ray node id; None for a build measured from one host.")
+    node_interval: list[float] | None = Field(
+        None, description="Through Ray: when the job held the device there, [start, end] in seconds since the "
+                          "epoch by the node's clock (the device's time in a cluster run); None otherwise.")
     cv_above_max: bool | None = Field(
         None, description="True when cv exceeds the profile's latency.max_cv (an unsteady measurement); "
                           "None when not measured.")

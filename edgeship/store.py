@@ -12,6 +12,14 @@ were not measured are null, as in results.json. Recording is idempotent: a measu
 stored (same model, variant, artifact, device and ``measured_at``, as when ``build --resume``
 reuses it) is not stored twice, nor is a build id already there (a build recorded again by the next
 run after a failure). A database that cannot take or give rows (locked, away) is a ``StoreError``.
+
+The schema is versioned with alembic (``edgeship/store_migrations``): opening a store upgrades its
+database to the newest revision this edgeship knows, inside one transaction (on PostgreSQL under an
+advisory lock, so many builds opening one database at once migrate it once). A database made before
+migrations existed (schema 1's tables, no ``alembic_version``) is stamped as revision 0001 first; a
+database a newer edgeship upgraded is refused, naming both revisions, rather than written wrongly.
+Each build's rows go in one transaction, so concurrent writers (the builds of ``edgeship matrix``)
+lose nothing and never see half a build.
 """
 from __future__ import annotations
 
@@ -26,12 +34,15 @@ from edgeship.results import Latency, Results, VariantResult
 
 DEFAULT_PATH = Path("artifacts") / "results.db"
 ENV = "EDGESHIP_DB"
+MIGRATIONS = Path(__file__).resolve().parent / "store_migrations"
+FIRST_REVISION = "0001"   # the schema of the tables edgeship made before migrations
+MIGRATION_LOCK = 7243100117  # pg_advisory_xact_lock key: one migrating connection at a time
 
 # The columns of a measurement row, by where they come from in results.json.
 BUILD_COLUMNS = ["build_id", "created", "target", "model"]
 VARIANT_COLUMNS = ["variant", "backend", "precision", "quantization", "artifact_sha256", "size_bytes"]
 LATENCY_COLUMNS = ["device", "runtime", "threads", "warmup", "iterations", "p50_ms", "p90_ms", "p99_ms",
-                   "mean_ms", "std_ms", "cv", "load_ms", "peak_rss_mb", "measured_at"]
+                   "mean_ms", "std_ms", "cv", "load_ms", "peak_rss_mb", "measured_at", "node"]
 ACCURACY_COLUMNS = ["samples", "top1", "top1_drop", "sqnr_db", "agreement", "cosine", "max_abs_err"]
 INT_COLUMNS = {"size_bytes", "threads", "warmup", "iterations", "samples"}
 FLOAT_COLUMNS = {"p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "cv", "load_ms", "peak_rss_mb",
@@ -55,7 +66,8 @@ def _tables(metadata: Any) -> tuple[Any, Any]:
                       sa.Column("created", sa.String(32), nullable=False),
                       sa.Column("target", sa.String, nullable=False),
                       sa.Column("model", sa.String, nullable=False),
-                      sa.Column("results", sa.Text, nullable=False, doc="The build's results.json"))
+                      sa.Column("results", sa.Text, nullable=False, doc="The build's results.json"),
+                      sa.Column("matrix", sa.String, nullable=True, doc="The matrix run that recorded it"))
     rows = sa.Table("measurements", metadata,
                     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
                     sa.Column("build_id", sa.String(64), sa.ForeignKey("builds.build_id"), nullable=False),
@@ -88,7 +100,7 @@ class ResultsStore:
             self.engine = sa.create_engine(parsed)
             self.metadata = sa.MetaData()
             self.builds, self.measurements = _tables(self.metadata)
-            self.metadata.create_all(self.engine)
+            migrate(self.engine)
         except ImportError as e:
             raise StoreError(f"results database {self.url}: its driver is not installed: {e}") from None
         except (sa.exc.SQLAlchemyError, OSError, ValueError) as e:
@@ -101,10 +113,10 @@ class ResultsStore:
 
         return sa.engine.make_url(self.url).render_as_string(hide_password=True)
 
-    def record(self, results: Results, build_id: str | None = None) -> str:
-        """Store every measurement in ``results``; return the build id (a new one when None). A build
-        id already stored is not stored again. StoreError when the database cannot take it (locked,
-        away, read-only)."""
+    def record(self, results: Results, build_id: str | None = None, matrix: str | None = None) -> str:
+        """Store every measurement in ``results`` (``matrix``: the matrix run recording it); return the
+        build id (a new one when None). A build id already stored is not stored again. StoreError when
+        the database cannot take it (locked, away, read-only)."""
         import sqlalchemy as sa
 
         build_id = build_id or uuid.uuid4().hex[:16]
@@ -117,7 +129,7 @@ class ResultsStore:
                 fresh = [r for r in rows if r["measured_at"] is None or _key(r) not in stored]
                 conn.execute(self.builds.insert().values(
                     build_id=build_id, created=results.created, target=results.target,
-                    model=results.model.name, results=results.dump()))
+                    model=results.model.name, results=results.dump(), matrix=matrix))
                 if fresh:
                     conn.execute(self.measurements.insert(), [{**r, "build_id": build_id} for r in fresh])
         except sa.exc.SQLAlchemyError as e:
@@ -149,6 +161,36 @@ class ResultsStore:
         m = self.measurements
         query = m.select().with_only_columns(m.c.variant, m.c.artifact_sha256, m.c.device, m.c.measured_at)
         return {tuple(r) for r in conn.execute(query.where(m.c.model == model))}
+
+
+def migrate(engine: Any) -> str:
+    """Upgrade the database behind ``engine`` to the newest schema revision; return it. StoreError for
+    a database of a revision this edgeship does not know (a newer edgeship's)."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+        current = MigrationContext.configure(conn).get_current_revision()
+        if current == head:
+            return head
+        known = {rev.revision for rev in ScriptDirectory.from_config(config).walk_revisions()}
+        if current is not None and current not in known:
+            raise StoreError(f"results database {engine.url.render_as_string(hide_password=True)}: schema revision "
+                             f"{current} was written by a newer edgeship; this one knows revisions up to {head}: "
+                             "upgrade edgeship")
+        config.attributes["connection"] = conn
+        if current is None and sa.inspect(conn).has_table("builds"):
+            command.stamp(config, FIRST_REVISION)  # made by edgeship before migrations existed
+        command.upgrade(config, "head")
+    return head
 
 
 def _key(row: dict[str, Any]) -> tuple[Any, ...]:

@@ -101,3 +101,13 @@ def tiny_model(tiny_spec):
     from edgeship.model import load_model
 
     return load_model(tiny_spec)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server for the session (tests/store/postgres.py; skips where it is not installed)."""
+    from tests.store.postgres import start_postgres, stop_postgres
+
+    server = start_postgres()
+    yield server
+    stop_postgres(server)

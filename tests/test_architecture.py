@@ -20,14 +20,14 @@ DEVICE_FILES = ("devices.runner", "devices.hashing", "devices.probe", "devices.t
 # layer and those below it, never above. The picture in docs/ARCHITECTURE.md is this list.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("errors", "fsutil", "metrics", "progress", "cache", "results", "config", "entry", "spec", "outputs",
-                    "shapes", "store", "calibration.dataset", "quantize.settings", "bundle.platforms", "demo", "tasks",
-                    "webfiles",
+                    "shapes", "store", "store_migrations", "calibration.dataset", "quantize.settings",
+                    "bundle.platforms", "demo", "tasks", "webfiles",
                     *DEVICE_FILES)),
     ("declarations", ("lowering.registry", "profile")),
     ("inputs", ("model", "calibration", "devices")),
     ("lowering", ("lowering", "quantize")),
     ("orchestration", ("pipeline", "reports", "bundle")),
-    ("interface", ("api", "cli", "__main__")),
+    ("interface", ("api", "cli", "__main__", "matrix")),
 ]
 
 

@@ -15,7 +15,7 @@ import io
 from typing import Any
 
 from edgeship.errors import LoweringError, first_line
-from edgeship.fsutil import atomic_output
+from edgeship.fsutil import atomic_output_named
 from edgeship.lowering.base import Artifact, Backend, LowerRequest
 from edgeship.lowering.capture import check_sizes
 from edgeship.lowering.registry import PytorchMobileSpec
@@ -49,7 +49,7 @@ class PytorchMobileBackend(PytorchMobileSpec, Backend):
         frozen = torch.jit.freeze(program.eval())
         if opts.optimize:
             frozen = self._optimize(frozen, notes)
-        with atomic_output(request.dest) as tmp:
+        with atomic_output_named(request.dest) as tmp:
             frozen._save_for_lite_interpreter(str(tmp))
             version = self._meet_bytecode_version(tmp, opts.bytecode_version, notes)
         details = {"bytecode_version": version, "operators": operator_list(request.dest), **details}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeship.fsutil import atomic_output
+from edgeship.fsutil import atomic_output_named
 from edgeship.lowering.base import Artifact, Backend, LowerRequest
 from edgeship.lowering.capture import check_sizes
 from edgeship.lowering.registry import TorchscriptSpec
@@ -28,7 +28,7 @@ class TorchscriptBackend(TorchscriptSpec, Backend):
         if opts.optimize_for_inference:
             module = torch.jit.optimize_for_inference(module)
             notes.append("torch.jit.optimize_for_inference applied (oneDNN layouts where this torch has them)")
-        with atomic_output(request.dest) as tmp:
+        with atomic_output_named(request.dest) as tmp:
             torch.jit.save(module, str(tmp))
         operators = operator_list(module)
         foreign = [op for op in operators if op.split("::")[0] not in LIBTORCH_NAMESPACES]

@@ -73,7 +73,7 @@ def _record(plan: Plan, folder: BuildFolder, pending: Pending | None, progress: 
     if plan.store is None or pending is None:
         return
     try:
-        build_id = plan.store.record(pending.results, build_id=pending.build_id)
+        build_id = plan.store.record(pending.results, build_id=pending.build_id, matrix=plan.request.matrix)
     except StoreError as e:
         raise StoreError(f"{e}. {on_failure}") from None
     folder.clear_pending()

@@ -6,6 +6,7 @@ model is imported or anything is lowered.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,10 @@ class BuildRequest:
     resume: bool = False
     remeasure: bool = False
     db: str | None = None
+    # Replaces each resolved device (edgeship matrix on Ray: a device measured on the node that
+    # owns it); None: the devices as the devices file makes them.
+    device_wrapper: Callable[[Device], Device] | None = None
+    matrix: str | None = None     # the matrix run this build belongs to (recorded in the results store)
 
 
 @dataclass
@@ -68,6 +73,8 @@ def make_plan(request: BuildRequest) -> Plan:
                            + " (use another backend or precision for this model, or leave its dimensions fixed)")
     out_dir = Path(request.out) if request.out else Path("artifacts") / profile.name / spec.name
     devices, store = resolve_devices(request, profile.devices), ResultsStore(request.db)
+    if request.device_wrapper is not None:
+        devices = [request.device_wrapper(d) for d in devices]
     # Last, as they make the folders: a bad device or store leaves no empty output folder behind.
     usable_folder(default_cache().root, f"cache folder (${ROOT_ENV})" if os.environ.get(ROOT_ENV) else "cache folder")
     usable_folder(out_dir, "--out" if request.out else "output folder")

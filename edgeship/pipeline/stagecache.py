@@ -128,7 +128,8 @@ class StageKeys:
     def build(self) -> str:
         """The whole build: everything above plus the profile, devices and request."""
         plan = self.plan
-        request = {k: str(v) for k, v in vars(plan.request).items() if k not in ("quiet", "debug", "out")}
+        request = {k: str(v) for k, v in vars(plan.request).items()
+                   if k not in ("quiet", "debug", "out", "device_wrapper", "matrix")}
         devices = [(d.name, type(d).__name__, getattr(d, "address", None)) for d in plan.devices]
         cpus = {"cpus": self.cpus} if self.cpus is not None else {}
         return cache_key({**self.reference(), "calibration": self.calibration, "devices": devices,

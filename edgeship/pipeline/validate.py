@@ -255,6 +255,9 @@ def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
     row.load_ms = doc.get("load_ms")
     row.peak_rss_mb = doc.get("peak_rss_mb")
     row.cpu = CpuFacts.from_document(doc.get("cpu"))
+    where = doc.get("ray")  # measured through Ray (edgeship matrix on a cluster): on which node
+    row.node = f"{where['hostname']} (Ray node {where['node_id'][:12]})" if where else None
+    row.node_interval = [where["started"], where["ended"]] if where else None
     row.notes.extend(doc.get("notes", []) + result.notes)
     if not doc.get("summary_ms") and not doc["timings_ms"]:  # an outputs-only job (a size other than opt)
         row.notes.append(f"outputs only at the {job.size or 'given'} size: latency is timed at the opt size "

@@ -58,3 +58,24 @@ def test_mobile_refuses_a_custom_operator_the_lite_runtime_lacks(tmp_path) -> No
     with pytest.raises(LoweringError, match=r"calls torchvision::nms, which PyTorch Mobile's lite interpreter"):
         backend.lower(request)
     assert not dest.exists()
+
+
+@pytest.mark.parametrize("backend,method", [("pytorch-mobile", "trace"), ("torchscript", "trace")])
+def test_a_torch_jit_archive_is_rooted_in_the_artifacts_own_name(tiny_model, tmp_path, backend, method) -> None:
+    """torch.jit's zip is rooted in a folder named after the file it is written to: written under
+    atomic_output's temporary name it was '.model.tmp-<pid>-<random>/'. The bytes still differ
+    between two saves of one module: torch writes a random .data/serialization_id into every
+    archive (and numbers scripted classes from a process-wide counter)."""
+    import zipfile
+
+    from edgeship.lowering.backends import BACKENDS
+    from edgeship.lowering.base import LowerRequest
+    from edgeship.lowering.capture import Capturer
+    from edgeship.profile import Variant
+
+    impl = BACKENDS[backend]
+    dest = tmp_path / "out" / f"model{impl.suffix}"
+    impl.lower(LowerRequest(Capturer(tiny_model).get(method, False), Variant(name="v", backend=backend),
+                            impl.parse_options({}), dest))
+    assert {name.split("/")[0] for name in zipfile.ZipFile(dest).namelist()} == {"model"}
+    assert sorted(p.name for p in dest.parent.iterdir()) == [dest.name]  # no temporary folder left

@@ -1,0 +1,91 @@
+"""The matrix report: models × targets × devices, each with the fastest variant that passed its
+gates on that device, its p50 and its accuracy, read from each build's results.json under --out;
+``matrix.md`` for people, ``matrix.json`` for tools. A build that failed says why; a device a
+build has no passing measurement on says that, never a number."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from edgeship.fsutil import atomic_write_text
+from edgeship.matrix.outcome import CellResult
+from edgeship.matrix.spec import Matrix
+from edgeship.results import Results, VariantResult
+
+REPORT_MD, REPORT_JSON = "matrix.md", "matrix.json"
+
+
+def best_on(results: Results, device: str) -> tuple[VariantResult, Any] | None:
+    """The passing non-eager variant with the lowest p50 on ``device`` (its opt-size row), or None."""
+    best = None
+    for row in results.variants:
+        if row.backend == "eager" or not row.gates.passed:
+            continue
+        for lat in row.latency:
+            if lat.device == device and lat.size is None and lat.p50_ms is not None:
+                if best is None or lat.p50_ms < best[1].p50_ms:
+                    best = (row, lat)
+    return best
+
+
+def accuracy_text(row: VariantResult, lat: Any) -> str:
+    acc = lat.accuracy or row.accuracy
+    if acc is None:
+        return "not measured"
+    if acc.top1 is not None:
+        return f"top-1 {100 * acc.top1:.2f}% (drop {acc.top1_drop:+.2f})" if acc.top1_drop is not None else \
+            f"top-1 {100 * acc.top1:.2f}%"
+    return f"SQNR {acc.sqnr_db:.1f} dB" if acc.sqnr_db is not None else "not measured"
+
+
+def matrix_rows(matrix: Matrix, out: Path, cells: list[CellResult]) -> list[dict[str, Any]]:
+    rows = []
+    for cell in cells:
+        path = out / cell.folder / "results.json"
+        results = Results.read(path) if path.exists() else None
+        for device in matrix.devices:
+            row: dict[str, Any] = {"model": cell.model, "target": cell.target, "device": device, "state": cell.state,
+                                   "folder": cell.folder, "built_on": cell.node}
+            found = best_on(results, device) if results is not None else None
+            if found is None:
+                why = cell.error.splitlines()[0] if cell.error and results is None else "no passing variant measured"
+                row.update(best=None, p50_ms=None, accuracy=None, why=why)
+            else:
+                variant, lat = found
+                row.update(best=variant.name, backend=variant.backend, precision=variant.precision,
+                           p50_ms=lat.p50_ms, runtime=lat.runtime, accuracy=accuracy_text(variant, lat),
+                           sha256=variant.sha256)
+            rows.append(row)
+    return rows
+
+
+def write_matrix_report(matrix: Matrix, out: Path, cells: list[CellResult], engine: str, seconds: float) -> Path:
+    """matrix.md and matrix.json in ``out``; returns the Markdown file's path."""
+    rows = matrix_rows(matrix, out, cells)
+    doc = {"matrix": str(matrix.path), "engine": engine, "seconds": round(seconds, 2),
+           "builds": [asdict(c) for c in cells], "rows": rows}
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / REPORT_JSON, json.dumps(doc, indent=1) + "\n")
+    lines = [f"# Matrix {matrix.path.name}", "",
+             f"{len(cells)} builds ({_count(len(matrix.models), 'model')} × {_count(len(matrix.targets), 'target')}), "
+             "devices "
+             f"{', '.join(matrix.devices)}; {engine}; {seconds:.1f} s.", "",
+             "| model | target | device | best variant | p50 ms | accuracy | build |",
+             "|---|---|---|---|---:|---|---|"]
+    for r in rows:
+        best = f"{r['best']} ({r['backend']} {r['precision']})" if r.get("best") else f"none: {r['why']}"
+        p50 = f"{r['p50_ms']:.3f}" if r.get("p50_ms") is not None else "-"
+        lines.append(f"| {r['model']} | {r['target']} | {r['device']} | {best} | {p50} | {r.get('accuracy') or '-'} "
+                     f"| {r['state']}{' on ' + r['built_on'] if r.get('built_on') else ''} |")
+    failed = [c for c in cells if c.error]
+    if failed:
+        lines += ["", "## Builds that did not pass", ""]
+        lines += [f"- {c.model} × {c.target}: {c.state}: {c.error.splitlines()[0]}" for c in failed]
+    atomic_write_text(out / REPORT_MD, "\n".join(lines) + "\n")
+    return out / REPORT_MD
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"

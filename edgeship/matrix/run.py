@@ -1,0 +1,268 @@
+"""``edgeship matrix``: every (model, target) of a matrix file built and measured, one after another
+here, or as Ray tasks across a cluster; each build's folder lands under ``--out`` as ``edgeship
+build`` writes it (``<out>/<target>/<model>/``), then the matrix report.
+
+On Ray (``--ray auto``: ``$RAY_ADDRESS`` or a local cluster started here; ``--ray ADDRESS`` joins
+one) each build is a task asking for ``num_cpus``; it builds into a temporary folder on whichever
+node runs it, with the matrix's devices: ``host`` is that node itself, every other device a
+``RayDevice`` measured on the node that advertises ``device:<name>``. The build folder comes back to
+the driver as a tar through Ray's object store (no shared filesystem) and replaces the previous one
+under ``--out`` (only a folder edgeship wrote). Each build records its rows in the results store
+(``--db``: PostgreSQL for a cluster; SQLite, the default, only on one machine). A build task whose
+worker or node died is run again by Ray, at most ``retries`` times; a build that fails is reported
+with its reason and the others' results are kept.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import socket
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from edgeship.errors import BadInputError, GateFailure, first_line
+from edgeship.matrix.outcome import CellResult
+from edgeship.matrix.spec import Cell, Matrix, MatrixError
+from edgeship.store import DEFAULT_PATH, ENV
+
+BUILD_MARKER = ".edgeship-build.json"  # what an edgeship build folder holds (pipeline/output.py)
+POLL_S = 1.0  # how often the driver looks at the tasks' progress
+
+
+def default_db() -> str:
+    """The store every build of the run records into: ``$EDGESHIP_DB``, else the SQLite file under
+    this folder, as an absolute URL so that every build task on this machine writes the same one."""
+    return os.environ.get(ENV) or f"sqlite:///{(Path.cwd() / DEFAULT_PATH).resolve()}"
+
+
+def run_local(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> list[CellResult]:
+    """Each build in turn on this machine, into ``out``."""
+    results = []
+    for cell in matrix.cells():
+        folder = cell.folder
+        say(f"{cell.label} × {cell.target_name}: building")
+        results.append(build_cell(cell, folder, out / folder, matrix, db, wrap=None))
+        say(line(results[-1]))
+    return results
+
+
+def build_cell(cell: Cell, folder: str, dest: Path, matrix: Matrix, db: str,
+               wrap: Callable[[Any], Any] | None) -> CellResult:
+    """One build into ``dest`` with the matrix's devices (each wrapped by ``wrap`` when given)."""
+    from edgeship.pipeline.plan import BuildRequest
+    from edgeship.pipeline.run import build
+
+    began = time.perf_counter()
+    request = BuildRequest(target=cell.target, model=cell.model, out=dest, devices_file=matrix.devices_file,
+                           device_names=list(matrix.devices), quiet=True, db=db, device_wrapper=wrap,
+                           matrix=matrix.run_id)
+    state, error = "done", None
+    try:
+        build(request)
+    except GateFailure as e:
+        state, error = "gates failed", str(e)
+    except BadInputError as e:
+        state, error = "failed", str(e)
+    except Exception as e:  # a bug in one build fails that build, not the matrix
+        state, error = "failed", f"{type(e).__name__}: {first_line(e)}"
+    seconds = time.perf_counter() - began
+    return CellResult(cell.label, cell.target_name, folder, state, round(seconds, 2), error, socket.gethostname(),
+                      timings={"build": round(seconds, 2)})
+
+
+def line(result: CellResult) -> str:
+    """The progress line of a finished build."""
+    where = f" on {result.node}" if result.node else ""
+    tail = f": {result.error.splitlines()[0][:200]}" if result.error else ""
+    return f"{result.model} × {result.target}: {result.state} in {result.seconds:.1f} s{where}{tail}"
+
+
+# ---- Ray -------------------------------------------------------------------------------------
+
+def start_ray(address: str, matrix: Matrix) -> str:
+    """Join the cluster at ``address`` ("auto": ``$RAY_ADDRESS`` when set, else a local cluster
+    started here, owning every device of the matrix); returns what was joined, for the messages."""
+    import ray
+
+    if ray.is_initialized():
+        return "the running Ray session"
+    try:
+        if address == "auto" and not os.environ.get("RAY_ADDRESS"):
+            from edgeship.matrix.raydevice import resource_of
+
+            ray.init(resources={resource_of(d): 1 for d in matrix.devices if d != "host"},
+                     include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+            return "a local Ray cluster started for this run"
+        ray.init(address=None if address == "auto" else address, logging_level="ERROR", log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise MatrixError(f"--ray {address}: cannot join the Ray cluster: {first_line(e)}") from None
+    return f"the Ray cluster at {address if address != 'auto' else os.environ['RAY_ADDRESS']}"
+
+
+def run_ray(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> list[CellResult]:
+    """Each build as a Ray task; folders back through the object store into ``out``."""
+    import ray
+
+    task = ray.remote(ray_build).options(num_cpus=matrix.num_cpus, max_retries=matrix.retries,
+                                         retry_exceptions=False)
+    board = ray.remote(num_cpus=0)(Board).remote()
+    pending: dict[Any, tuple[Cell, str, float]] = {}
+    for cell in matrix.cells():
+        refuse_foreign(out / cell.folder)
+    for cell in matrix.cells():
+        pending[task.remote(cell, cell.folder, matrix, db, board)] = (cell, cell.folder, time.perf_counter())
+        say(f"{cell.label} × {cell.target_name}: queued")
+    results, shown = [], {}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
+        for key, state in ray.get(board.states.remote()).items():  # building / measuring, as the tasks say
+            if shown.get(key) != state:
+                shown[key] = state
+                say(f"{key}: {state}")
+        if not ready:
+            continue
+        ref = ready[0]
+        cell, folder, queued = pending.pop(ref)
+        try:
+            result, archive = ray.get(ref)
+        except ray.exceptions.RayError as e:  # the task's node died more often than retries allow
+            result, archive = CellResult(cell.label, cell.target_name, folder, "failed",
+                                         round(time.perf_counter() - queued, 2),
+                                         f"Ray lost the build: {type(e).__name__}: {first_line(e)}"), None
+        if archive is not None:
+            began = time.perf_counter()
+            land(archive, out / folder)
+            result.timings["unpack"] = round(time.perf_counter() - began, 3)
+            result.timings["bytes"] = len(archive)
+        result.timings["queued_to_done"] = round(time.perf_counter() - queued, 2)
+        results.append(result)
+        say(line(result))
+    order = {(c.label, c.target_name): i for i, c in enumerate(matrix.cells())}
+    return sorted(results, key=lambda r: order[(r.model, r.target)])
+
+
+class Board:
+    """A Ray actor the build tasks tell what they are doing (building on a node, measuring on a
+    device), read by the driver for its progress lines."""
+
+    def __init__(self) -> None:
+        self._states: dict[str, str] = {}
+
+    def set(self, key: str, state: str) -> None:
+        self._states[key] = state
+
+    def states(self) -> dict[str, str]:
+        return dict(self._states)
+
+
+def ray_build(cell: Cell, folder: str, matrix: Matrix, db: str,
+              board: Any = None) -> tuple[CellResult, bytes | None]:
+    """The Ray task: the build in a temporary folder on this node, returned as a tar."""
+    import ray
+
+    from edgeship.matrix.raydevice import RayDevice
+
+    key = f"{cell.label} × {cell.target_name}"
+    tell = (lambda state: board.set.remote(key, state)) if board is not None else (lambda state: None)
+    tell(f"building on {socket.gethostname()} (Ray node {ray.get_runtime_context().get_node_id()[:12]})")
+
+    def wrap(device: Any) -> Any:
+        if device.transport in ("local", "browser"):  # this node's own CPU or browser
+            return device
+        return RayDevice(device, matrix.devices_file, matrix.retries,
+                         on_start=lambda name: tell(f"measuring on {name}"))
+
+    with tempfile.TemporaryDirectory(prefix="edgeship-matrix-") as work:
+        dest = Path(work) / "build"
+        result = build_cell(cell, folder, dest, matrix, db, wrap)
+        context = ray.get_runtime_context()
+        result.node = f"{socket.gethostname()} (Ray node {context.get_node_id()[:12]})"
+        archive = pack_folder(dest) if dest.is_dir() else None
+    return result, archive
+
+
+def pack_folder(folder: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(str(folder), arcname=".")
+    return buffer.getvalue()
+
+
+def refuse_foreign(dest: Path) -> None:
+    """A folder under --out that a build would replace must be one edgeship wrote (or absent/empty)."""
+    if dest.exists() and (not dest.is_dir() or (any(dest.iterdir()) and not (dest / BUILD_MARKER).exists())):
+        raise MatrixError(f"{dest}: exists and is not an edgeship build folder; the matrix would replace it: "
+                          "choose another --out or move it")
+
+
+def land(archive: bytes, dest: Path) -> None:
+    """The build folder from ``archive`` at ``dest``: unpacked beside it, then swapped in by rename
+    (a reader sees the old folder or the new one)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(fresh, 0o777 & ~umask)  # as a folder edgeship build makes (mkdtemp's is private)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(fresh, filter="data")
+        old = None
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            os.replace(dest, old)
+        os.replace(fresh, dest)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        if fresh.exists():
+            shutil.rmtree(fresh)
+
+
+# ---- the run ---------------------------------------------------------------------------------
+
+@dataclass
+class MatrixRun:
+    """A finished matrix run: each build's outcome, and where the report went."""
+
+    results: list[CellResult]
+    report: Path
+    engine: str
+    seconds: float
+
+    @property
+    def failed(self) -> list[CellResult]:
+        return [r for r in self.results if r.state != "done"]
+
+
+def run_matrix(matrix: Matrix, out: Path, ray: str | None = None, db: str | None = None,
+               say: Callable[[str], None] = print) -> MatrixRun:
+    """Every build of ``matrix`` into ``out``: locally, or on Ray (``ray``: "auto" or an address);
+    then the matrix report (matrix.md, matrix.json) in ``out``."""
+    from edgeship.matrix.report import write_matrix_report
+    from edgeship.store import ResultsStore
+
+    out = Path(out)
+    db = db or default_db()
+    ResultsStore(db)  # a bad URL or an unreachable server fails before the first build (StoreError)
+    began = time.perf_counter()
+    if ray is None:
+        engine = "local, one build after another"
+        results = run_local(matrix, out, db, say)
+    else:
+        engine = start_ray(ray, matrix)
+        say(f"matrix on {engine}")
+        results = run_ray(matrix, out, db, say)
+    seconds = time.perf_counter() - began
+    report = write_matrix_report(matrix, out, results, engine, seconds)
+    return MatrixRun(results, report, engine, round(seconds, 2))
+
+
+def results_json(run: MatrixRun) -> str:
+    return json.dumps([asdict(r) for r in run.results], indent=1)

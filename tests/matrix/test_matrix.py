@@ -1,0 +1,117 @@
+"""edgeship matrix without Ray: the file checked up front, each build's folder where `edgeship build`
+puts it, the matrix report, and a failing build reported without losing the others."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeship.cli import main
+from edgeship.matrix.spec import MatrixError, load_matrix
+from tests.conftest import REPO
+
+ONNX = '[[variants]]\nname = "ort"\nbackend = "onnx"\noptions = { dynamic_batch = false }\n'
+MOBILE = '[[variants]]\nname = "lite"\nbackend = "pytorch-mobile"\n'
+OPENVINO = '[[variants]]\nname = "ov"\nbackend = "openvino"\n'
+
+
+def write_matrix(folder: Path, tiny_project: Path, body: str = "") -> Path:
+    (folder / "onnxonly.toml").write_text(ONNX)
+    (folder / "mobile.toml").write_text(MOBILE)
+    path = folder / "matrix.toml"
+    path.write_text(f'models = ["{tiny_project / "model.toml"}"]\ntargets = ["onnxonly.toml", "mobile.toml"]\n'
+                    f'devices = ["host"]\n{body}')
+    return path
+
+
+def test_a_matrix_file_is_checked_before_the_first_build_naming_the_key(tmp_path, tiny_project) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('models = ["demo", "demo"]\ntargets = ["hots"]\nnum_cpus = 0\n')
+    with pytest.raises(MatrixError, match=r"models = \['demo', 'demo'\]: listed twice: demo") as e:
+        load_matrix(bad)
+    assert "num_cpus" in str(e.value)
+    bad.write_text('models = ["nowhere/model.toml"]\ntargets = ["hots"]\n')
+    with pytest.raises(MatrixError, match=r"models\[0\] = 'nowhere/model.toml': .*not found.*targets\[0\] = 'hots'"
+                                          r".*did you mean \"host\""):
+        load_matrix(bad)
+    bad.write_text('models = ["demo"]\ntargets = ["host"]\ndevices = ["pixel8"]\n')
+    with pytest.raises(MatrixError, match="devices: --device pixel8: unknown device"):
+        load_matrix(bad)
+    assert main(["matrix", str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_example_matrix_file_loads() -> None:
+    matrix = load_matrix(REPO / "examples" / "matrix.toml")
+    assert [c.folder for c in matrix.cells()] == ["host/digitnet", "android/digitnet"] and matrix.devices == ["host"]
+
+
+def test_matrix_locally_writes_each_build_as_edgeship_build_does_and_the_report(tmp_path, tiny_project,
+                                                                                capsys) -> None:
+    path = write_matrix(tmp_path, tiny_project)
+    out, db = tmp_path / "out", f"sqlite:///{tmp_path / 'results.db'}"
+    assert main(["matrix", str(path), "--out", str(out), "--db", db]) == 0
+    printed = capsys.readouterr().out
+    assert "tiny × " in printed and "done in" in printed and "wrote " in printed
+    for target, variant in (("onnxonly", "ort"), ("mobile", "lite")):
+        results = json.loads((out / target / "tiny" / "results.json").read_text())
+        assert [v["name"] for v in results["variants"]] == ["eager", variant]
+        assert (out / target / "tiny" / ".edgeship-build.json").exists()
+    report = json.loads((out / "matrix.json").read_text())
+    assert [(r["target"], r["device"], r["best"]) for r in report["rows"]] == [
+        ("onnxonly", "host", "ort"), ("mobile", "host", "lite")]
+    assert all(r["p50_ms"] > 0 and r["accuracy"] for r in report["rows"])
+    assert "| tiny | onnxonly | host | ort (onnx fp32) |" in (out / "matrix.md").read_text()
+    from edgeship.store import ResultsStore
+    rows = ResultsStore(db).rows()
+    assert {r["target"] for r in rows} == {"onnxonly", "mobile"}
+
+
+def test_a_build_that_fails_is_reported_and_the_others_are_kept(tmp_path, tiny_project, capsys) -> None:
+    path = write_matrix(tmp_path, tiny_project)
+    (tmp_path / "mobile.toml").write_text(MOBILE + 'gates = { max_p50_ms = 0.000001 }\n')
+    out = tmp_path / "out"
+    assert main(["matrix", str(path), "--out", str(out), "--db", f"sqlite:///{tmp_path / 'r.db'}"]) == 3
+    assert "1 of 2 builds did not pass: tiny × mobile (gates failed)" in capsys.readouterr().err
+    report = json.loads((out / "matrix.json").read_text())
+    assert [b["state"] for b in report["builds"]] == ["done", "gates failed"]
+    assert (out / "onnxonly" / "tiny" / "results.json").exists() and (out / "mobile" / "tiny" / "results.json").exists()
+    assert "## Builds that did not pass" in (out / "matrix.md").read_text()
+
+
+def test_lab_node_starts_ray_with_one_resource_per_device_of_its_file(tmp_path, monkeypatch) -> None:
+    from edgeship.errors import DeviceError
+    from edgeship.matrix import lab
+
+    devices = tmp_path / "lab.toml"
+    devices.write_text('[devices.pixel8]\ntransport = "adb"\nserial = "X1"\n'
+                       '[devices.orin]\ntransport = "ssh"\nhost = "orin.local"\nuser = "nvidia"\n')
+    monkeypatch.setattr(lab, "ray_command", lambda: "ray")
+    command = lab.node_command(devices, "head:6379", [], 2)
+    assert command == ["ray", "start", "--address=head:6379",
+                       '--resources={"device:pixel8": 1, "device:orin": 1}', "--num-cpus=2"]
+    assert lab.node_command(devices, "head:6379", ["orin"], None)[-1] == '--resources={"device:orin": 1}'
+    with pytest.raises(DeviceError, match="no device 'jetson'"):
+        lab.node_command(devices, "head:6379", ["jetson"], None)
+
+
+def test_a_folder_edgeship_did_not_write_is_never_replaced_by_a_matrix_build(tmp_path) -> None:
+    from edgeship.matrix.run import land, pack_folder, refuse_foreign
+
+    foreign = tmp_path / "out" / "host" / "tiny"
+    foreign.mkdir(parents=True)
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(MatrixError, match="is not an edgeship build folder"):
+        refuse_foreign(foreign)
+    assert (foreign / "notes.txt").read_text() == "mine"
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / ".edgeship-build.json").write_text("{}")
+    (build / "results.json").write_text("{}")
+    ours = tmp_path / "out" / "android" / "tiny"
+    land(pack_folder(build), ours)
+    refuse_foreign(ours)  # now an edgeship folder: a later run may replace it
+    land(pack_folder(build), ours)
+    assert sorted(p.name for p in ours.iterdir()) == [".edgeship-build.json", "results.json"]
+    assert sorted(p.name for p in ours.parent.iterdir()) == ["tiny"]  # no temporary folder left

@@ -1,0 +1,141 @@
+"""The results store's schema migrations (SQLite and a real PostgreSQL), and PostgreSQL taking many
+concurrent writers without losing a row."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from edgeship.errors import StoreError
+from edgeship.store import ResultsStore
+from tests.test_store import _latency, _results
+
+# The tables as edgeship made them before migrations existed (schema 1, metadata.create_all), written
+# out as that code made them: a database of that time has these and no alembic_version table.
+V1 = [
+    "CREATE TABLE builds (build_id VARCHAR(64) NOT NULL, created VARCHAR(32) NOT NULL, target VARCHAR NOT NULL, "
+    "model VARCHAR NOT NULL, results TEXT NOT NULL, PRIMARY KEY (build_id))",
+    "CREATE TABLE measurements (id INTEGER NOT NULL, build_id VARCHAR(64) NOT NULL, created VARCHAR, target VARCHAR, "
+    "model VARCHAR, variant VARCHAR, backend VARCHAR, precision VARCHAR, quantization VARCHAR, "
+    "artifact_sha256 VARCHAR, size_bytes INTEGER, device VARCHAR, runtime VARCHAR, threads INTEGER, "
+    "warmup INTEGER, iterations INTEGER, p50_ms FLOAT, p90_ms FLOAT, p99_ms FLOAT, mean_ms FLOAT, std_ms FLOAT, "
+    "cv FLOAT, load_ms FLOAT, peak_rss_mb FLOAT, measured_at VARCHAR, samples INTEGER, top1 FLOAT, top1_drop FLOAT, "
+    "sqnr_db FLOAT, agreement FLOAT, cosine FLOAT, max_abs_err FLOAT, gates_passed BOOLEAN, notes TEXT NOT NULL, "
+    "PRIMARY KEY (id), FOREIGN KEY(build_id) REFERENCES builds (build_id))",
+    "CREATE INDEX ix_measurements_key ON measurements (model, artifact_sha256, device, runtime, measured_at)",
+    "INSERT INTO builds VALUES ('old1', '2026-01-01T00:00:00Z', 'host', 'tiny', '{}')",
+    "INSERT INTO measurements (id, build_id, created, target, model, variant, device, p50_ms, notes) "
+    "VALUES (1, 'old1', '2026-01-01T00:00:00Z', 'host', 'tiny', 'ort', 'host', 1.25, '[]')",
+]
+
+
+def _schema_1(url: str) -> None:
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        for statement in V1:
+            if engine.dialect.name == "postgresql":
+                statement = statement.replace("id INTEGER NOT NULL,", "id SERIAL NOT NULL,")
+            conn.execute(sa.text(statement))
+        if engine.dialect.name == "postgresql":  # the serial's next value after the row inserted by hand
+            conn.execute(sa.text("SELECT setval('measurements_id_seq', 1)"))
+    engine.dispose()
+
+
+def _revision(url: str) -> str:
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        value = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
+    engine.dispose()
+    return value
+
+
+def _upgrades_a_schema_1_database(url: str) -> None:
+    _schema_1(url)
+    store = ResultsStore(url)  # upgraded on open
+    assert _revision(url) == "0002"
+    old = store.rows()
+    assert [(r["build_id"], r["variant"], r["p50_ms"], r["node"]) for r in old] == [("old1", "ort", 1.25, None)]
+    row = _latency("board", 2.0)
+    row.node = "lab2 (Ray node 0123456789ab)"
+    store.record(_results(latency=[row]), build_id="new1", matrix="m.toml@2026")
+    new = [r for r in store.rows() if r["build_id"] == "new1"]
+    assert {r["node"] for r in new if r["device"] == "board"} == {"lab2 (Ray node 0123456789ab)"}
+    ResultsStore(url)  # opening it again is a no-op at the head revision
+    assert _revision(url) == "0002" and len(store.rows()) == 3
+
+
+def test_a_sqlite_database_of_schema_1_is_upgraded_with_its_rows_kept(tmp_path: Path) -> None:
+    _upgrades_a_schema_1_database(f"sqlite:///{tmp_path / 'old.db'}")
+
+
+def test_a_postgresql_database_of_schema_1_is_upgraded_with_its_rows_kept(postgres) -> None:
+    _upgrades_a_schema_1_database(postgres.url())
+
+
+def test_a_database_a_newer_edgeship_upgraded_is_refused_naming_both_revisions(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    ResultsStore(url)
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0099'"))
+    with pytest.raises(StoreError, match="schema revision 0099 was written by a newer edgeship; this one knows "
+                                         "revisions up to 0002"):
+        ResultsStore(url)
+
+
+def test_a_new_postgresql_database_gets_every_table_and_many_openers_migrate_it_once(postgres) -> None:
+    url = postgres.url()
+    errors: list[BaseException] = []
+
+    def open_store() -> None:
+        try:
+            ResultsStore(url).engine.dispose()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=open_store) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert _revision(url) == "0002"
+
+
+def test_postgresql_takes_eight_concurrent_writers_and_loses_no_row(postgres, record_property) -> None:
+    """8 writers each record 40 builds of 6 measurement rows (1920 rows) at once; every row arrives."""
+    url = postgres.url()
+    ResultsStore(url).engine.dispose()
+    writers, builds, per_build = 8, 40, 6
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(writers)
+
+    def write(w: int) -> None:
+        store = ResultsStore(url)
+        try:
+            barrier.wait()
+            for b in range(builds):
+                rows = [_latency(f"dev{d}", 1.0 + d, measured_at=f"2026-01-01T00:{w:02d}:{b:02d}.{d}Z")
+                        for d in range(per_build)]
+                store.record(_results(model=f"m{w}", latency=rows), build_id=f"w{w}-b{b}")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            store.engine.dispose()
+    began = time.perf_counter()
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - began
+    assert not errors, errors
+    # each build: 6 measured rows plus the failed variant's device-less row
+    rows = ResultsStore(url).rows()
+    assert len(rows) == writers * builds * (per_build + 1)
+    assert len({r["build_id"] for r in rows}) == writers * builds
+    rate = len(rows) / seconds
+    record_property("postgres_rows_per_second", round(rate))
+    print(f"PostgreSQL: {len(rows)} rows from {writers} concurrent writers in {seconds:.2f} s = {rate:.0f} rows/s")
