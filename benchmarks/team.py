@@ -21,7 +21,6 @@ import json
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -74,31 +73,10 @@ def _artifacts(folder: Path) -> dict:
 
 def store_rate(writers: int, builds: int, url: str) -> dict:
     from edgeship.store import ResultsStore
-    from tests.test_store import _latency, _results
+    from tests.store.postgres import write_concurrently
 
     ResultsStore(url).engine.dispose()
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(writers)
-
-    def write(w: int) -> None:
-        store = ResultsStore(url)
-        try:
-            barrier.wait()
-            for b in range(builds):
-                rows = [_latency(f"dev{d}", 1.0 + d, measured_at=f"2026-01-01T{w:02d}:{b:02d}:{d:02d}Z")
-                        for d in range(6)]
-                store.record(_results(model=f"m{w}", latency=rows), build_id=f"w{w}-b{b}")
-        except BaseException as e:  # noqa: BLE001 - counted below
-            errors.append(e)
-        finally:
-            store.engine.dispose()
-    began = time.perf_counter()
-    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds = time.perf_counter() - began
+    seconds, errors = write_concurrently(url, writers, builds)
     rows = len(ResultsStore(url).rows())
     expected = writers * builds * 7
     return {"writers": writers, "builds": writers * builds, "rows": rows, "expected_rows": expected,

@@ -239,6 +239,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     if args.num_cpus is not None and args.num_cpus <= 0:
         raise MatrixError(f"--num-cpus {args.num_cpus:g}: must be more than 0")
     run = api.matrix(args.file, args.out, ray=args.ray, db=args.db, num_cpus=args.num_cpus)
+    table = [line for line in run.report.read_text().splitlines() if line.startswith("|")]
+    print("\n".join(table))  # the summary: best variant per model, target and device
     print(f"wrote {run.report} ({len(run.results)} builds in {run.seconds:.1f} s, {run.engine})")
     if run.failed:
         print(f"edgeship: error: {len(run.failed)} of {len(run.results)} builds did not pass: "

@@ -18,6 +18,8 @@ from edgeship.bundle.sample import Sample
 
 APP = Path(__file__).resolve().parent / "cpp"
 APP_FILES = ("main.cpp", "CMakeLists.txt")
+# The .npy reading and exit codes both bundles' C++ programs share (linux's and x86's), shipped beside main.cpp.
+SHARED_HEADER = Path(__file__).resolve().parent / "cpp_shared" / "edgeship_common.hpp"
 README_TEMPLATE = "README.md.j2"
 SAMPLES = "cpp/samples"
 PROGRAM = "edgeship_run"
@@ -28,6 +30,7 @@ def linux_app(meta: dict[str, Any], artifacts: list[dict[str, Any]],
     """The application's files by bundle path: its source, its CMake project, its README (for the
     model.json document ``meta`` and its ``artifacts``) and, given ``sample``, the inputs to try it on."""
     files: dict[str, bytes | Path] = {f"cpp/{name}": APP / name for name in APP_FILES}
+    files[f"cpp/{SHARED_HEADER.name}"] = SHARED_HEADER
     samples = sample_files(sample) if sample is not None else {}
     files.update(samples)
     files["cpp/README.md"] = app_readme(meta, artifacts, list(samples), sample.source if sample else None).encode()

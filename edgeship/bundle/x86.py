@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edgeship.bundle.linux import sample_files
+from edgeship.bundle.linux import SHARED_HEADER, sample_files
 from edgeship.bundle.sample import Sample
 
 APP = Path(__file__).resolve().parent / "x86_app"
@@ -38,6 +38,8 @@ def x86_app(meta: dict[str, Any], artifacts: list[dict[str, Any]], toolchain: di
     for backend, programs in (("openvino", OPENVINO_FILES), ("onnx", ONNX_FILES)):
         if backend in backends:
             files.update({path: APP / name for path, name in programs.items()})
+    if "openvino" in backends:
+        files[f"cpp/{SHARED_HEADER.name}"] = SHARED_HEADER
     samples = sample_files(sample, SAMPLES) if sample is not None else {}
     files.update(samples)
     files[GUIDE] = running_guide(meta, artifacts, toolchain, list(samples),

@@ -41,7 +41,7 @@ precision = "fp32"
 platforms = ["linux"]
 """
 ARTIFACTS = {"aoti-fp32": "models/aoti-fp32.pt2", "torchscript-fp32": "models/torchscript-fp32.pt"}
-APP = ["cpp/CMakeLists.txt", "cpp/README.md", "cpp/main.cpp"]
+APP = ["cpp/CMakeLists.txt", "cpp/README.md", "cpp/edgeship_common.hpp", "cpp/main.cpp"]
 RUNS, WARMUP = 10, 2  # the fast profile's latency settings (tests/conftest.py), one thread as it has
 
 

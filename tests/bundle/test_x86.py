@@ -61,7 +61,8 @@ BUNDLE = """
 platforms = ["x86"]
 """
 IR_FILES = ("model.bin", "model.xml")
-PROGRAMS = ["cpp/CMakeLists.txt", "cpp/main.cpp", "python/run_onnxruntime.py", "python/run_openvino.py"]
+PROGRAMS = ["cpp/CMakeLists.txt", "cpp/edgeship_common.hpp", "cpp/main.cpp", "python/run_onnxruntime.py",
+            "python/run_openvino.py"]
 SAMPLE = "samples/image.npy"
 RUNS = 100  # the programs' default, which RUNNING.md's commands keep
 # The tiny model computed in f32 agrees with eager to ~130 dB; in bf16, what the CPU plugin computes an

@@ -54,6 +54,7 @@ def test_matrix_locally_writes_each_build_as_edgeship_build_does_and_the_report(
     assert main(["matrix", str(path), "--out", str(out), "--db", db]) == 0
     printed = capsys.readouterr().out
     assert "tiny × " in printed and "done in" in printed and "wrote " in printed
+    assert "| tiny | mobile | host | lite (pytorch-mobile fp32) |" in printed  # the summary table
     for target, variant in (("onnxonly", "ort"), ("mobile", "lite")):
         results = json.loads((out / target / "tiny" / "results.json").read_text())
         assert [v["name"] for v in results["variants"]] == ["eager", variant]

@@ -95,3 +95,36 @@ def stop_postgres(server: Postgres) -> None:
         _as_user([str(server.bin / "pg_ctl"), "-D", str(server.folder / "data"), "-m", "fast", "-w", "stop"])
     finally:
         shutil.rmtree(server.folder, ignore_errors=True)
+
+
+def write_concurrently(url: str, writers: int, builds: int, devices: int = 6) -> tuple[float, list[BaseException]]:
+    """``writers`` threads, each with its own ResultsStore on ``url``, start together and record
+    ``builds`` builds each (``devices`` measured rows and one failed variant's row a build, one
+    transaction a build); the seconds it took and the errors raised."""
+    import threading
+
+    from edgeship.store import ResultsStore
+    from tests.test_store import _latency, _results
+
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(writers)
+
+    def write(w: int) -> None:
+        store = ResultsStore(url)
+        try:
+            barrier.wait()
+            for b in range(builds):
+                rows = [_latency(f"dev{d}", 1.0 + d, measured_at=f"2026-01-01T{w:02d}:{b:02d}:{d:02d}Z")
+                        for d in range(devices)]
+                store.record(_results(model=f"m{w}", latency=rows), build_id=f"w{w}-b{b}")
+        except BaseException as e:  # noqa: BLE001 - the caller reports them
+            errors.append(e)
+        finally:
+            store.engine.dispose()
+    began = time.perf_counter()
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - began, errors

@@ -3,7 +3,6 @@ concurrent writers without losing a row."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import sqlalchemy as sa
 
 from edgeship.errors import StoreError
 from edgeship.store import ResultsStore
+from tests.store.postgres import write_concurrently
 from tests.test_store import _latency, _results
 
 # The tables as edgeship made them before migrations existed (schema 1, metadata.create_all), written
@@ -109,28 +109,7 @@ def test_postgresql_takes_eight_concurrent_writers_and_loses_no_row(postgres, re
     url = postgres.url()
     ResultsStore(url).engine.dispose()
     writers, builds, per_build = 8, 40, 6
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(writers)
-
-    def write(w: int) -> None:
-        store = ResultsStore(url)
-        try:
-            barrier.wait()
-            for b in range(builds):
-                rows = [_latency(f"dev{d}", 1.0 + d, measured_at=f"2026-01-01T00:{w:02d}:{b:02d}.{d}Z")
-                        for d in range(per_build)]
-                store.record(_results(model=f"m{w}", latency=rows), build_id=f"w{w}-b{b}")
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-        finally:
-            store.engine.dispose()
-    began = time.perf_counter()
-    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds = time.perf_counter() - began
+    seconds, errors = write_concurrently(url, writers, builds, per_build)
     assert not errors, errors
     # each build: 6 measured rows plus the failed variant's device-less row
     rows = ResultsStore(url).rows()

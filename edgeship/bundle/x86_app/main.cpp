@@ -17,6 +17,8 @@
 // or an input file this program refuses; 3 this CPU's plugin cannot compute in the IR's precision.
 #include <openvino/openvino.hpp>
 
+#include "edgeship_common.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -34,15 +36,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kRunFailed = 1;
-constexpr int kRefused = 2;
-constexpr int kWrongCpu = 3;
-
-// A failure the program reports and exits with: its message and exit code.
-struct Failure : std::runtime_error {
-  Failure(int code, const std::string& message) : std::runtime_error(message), code(code) {}
-  int code;
-};
+using edgeship::Failure;
+using edgeship::kRefused;
+using edgeship::kRunFailed;
+using edgeship::kWrongCpu;
+using edgeship::NpyHeader;
+using edgeship::Options;
+using edgeship::json_string;
+using edgeship::median;
+using edgeship::parse_args;
 
 const char kUsage[] =
     "usage: edgeship_openvino <model.xml> <input.npy>... [--runs N] [--warmup W] [--threads T] [--out DIR]\n"
@@ -51,51 +53,6 @@ const char kUsage[] =
     "  --threads T   the CPU plugin's INFERENCE_NUM_THREADS (default: the plugin's own choice)\n"
     "  --out DIR     where outputs/out<i>.npy and timings.json go (default edgeship-out)\n";
 
-struct Options {
-  std::string model;
-  std::vector<std::string> inputs;
-  int runs = 100;
-  int warmup = 10;
-  int threads = 0;  // 0: the plugin's default
-  std::string out = "edgeship-out";
-};
-
-int parse_count(const std::string& flag, const std::string& text, int least) {
-  size_t used = 0;
-  int value = 0;
-  try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (text.empty() || used != text.size() || value < least) {
-    throw Failure(kRefused, flag + " takes a whole number >= " + std::to_string(least) + ", not '" + text + "'");
-  }
-  return value;
-}
-
-Options parse_args(int argc, char** argv) {
-  Options options;
-  std::vector<std::string> positional;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    bool takes_value = arg == "--runs" || arg == "--warmup" || arg == "--threads" || arg == "--out";
-    if (takes_value && i + 1 >= argc) throw Failure(kRefused, arg + " needs a value\n" + kUsage);
-    if (arg == "--runs") options.runs = parse_count(arg, argv[++i], 1);
-    else if (arg == "--warmup") options.warmup = parse_count(arg, argv[++i], 0);
-    else if (arg == "--threads") options.threads = parse_count(arg, argv[++i], 1);
-    else if (arg == "--out") options.out = argv[++i];
-    else if (arg == "-h" || arg == "--help") throw Failure(0, kUsage);
-    else if (arg.rfind("--", 0) == 0) throw Failure(kRefused, "unknown option " + arg + "\n" + kUsage);
-    else positional.push_back(arg);
-  }
-  if (positional.size() < 2) {
-    throw Failure(kRefused, "a model and at least one input are needed\n" + std::string(kUsage));
-  }
-  options.model = positional[0];
-  options.inputs.assign(positional.begin() + 1, positional.end());
-  return options;
-}
 
 // ---- .npy files (numpy's format, versions 1.0 and 2.0): little-endian, C order, plain dtypes only.
 
@@ -116,133 +73,20 @@ std::string npy_types() {
   return names;
 }
 
-// The header's dictionary: {'descr': '<f4', 'fortran_order': False, 'shape': (1, 3, 8, 8), }
-class NpyHeader {
- public:
-  NpyHeader(std::string text, std::string path) : text_(std::move(text)), path_(std::move(path)) { parse(); }
-
-  std::string descr;
-  bool fortran_order = false;
-  std::vector<size_t> shape;
-
- private:
-  void parse() {
-    expect('{');
-    std::map<std::string, bool> seen;
-    while (!next_is('}')) {
-      std::string key = quoted();
-      expect(':');
-      if (key == "descr") {
-        if (next_is('[')) refuse("a structured dtype (record fields); save a plain array");
-        descr = quoted();
-      } else if (key == "fortran_order") {
-        fortran_order = word() == "True";
-      } else if (key == "shape") {
-        shape = tuple();
-      } else {
-        refuse("unknown header key '" + key + "'");
-      }
-      seen[key] = true;
-      if (!next_is('}')) expect(',');
-    }
-    ++pos_;
-    if (text_.find_first_not_of(" \n", pos_) != std::string::npos) refuse("text after the header's dictionary");
-    if (seen.size() != 3) refuse("the header lacks descr, fortran_order or shape");
-  }
-
-  [[noreturn]] void refuse(const std::string& why) const {
-    throw Failure(kRefused, path_ + ": not a .npy file this program reads: " + why);
-  }
-  void skip_spaces() {
-    while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
-  }
-  bool next_is(char c) {
-    skip_spaces();
-    return pos_ < text_.size() && text_[pos_] == c;
-  }
-  void expect(char c) {
-    if (!next_is(c)) refuse(std::string("malformed header (expected '") + c + "' at character " +
-                            std::to_string(pos_) + ")");
-    ++pos_;
-  }
-  std::string quoted() {
-    skip_spaces();
-    char quote = pos_ < text_.size() ? text_[pos_] : '\0';
-    if (quote != '\'' && quote != '"') expect('\'');
-    size_t end = text_.find(quote, pos_ + 1);
-    if (end == std::string::npos) refuse("malformed header (an unterminated string)");
-    std::string value = text_.substr(pos_ + 1, end - pos_ - 1);
-    pos_ = end + 1;
-    return value;
-  }
-  std::string word() {
-    skip_spaces();
-    for (const char* w : {"True", "False"}) {
-      if (text_.compare(pos_, std::strlen(w), w) == 0) {
-        pos_ += std::strlen(w);
-        return w;
-      }
-    }
-    refuse("fortran_order is neither True nor False");
-  }
-  std::vector<size_t> tuple() {
-    std::vector<size_t> dims;
-    expect('(');
-    while (!next_is(')')) {
-      size_t end = text_.find_first_not_of("0123456789", pos_);
-      if (end == pos_ || end == std::string::npos) refuse("a shape that is not a tuple of whole numbers");
-      dims.push_back(static_cast<size_t>(std::stoull(text_.substr(pos_, end - pos_))));
-      pos_ = end;
-      if (!next_is(')')) expect(',');
-    }
-    ++pos_;
-    return dims;
-  }
-
-  std::string text_;
-  std::string path_;
-  size_t pos_ = 0;
-};
-
-uint32_t little_endian(const unsigned char* bytes, int count) {
-  uint32_t value = 0;
-  for (int i = count - 1; i >= 0; --i) value = (value << 8) | bytes[i];
-  return value;
-}
 
 ov::element::Type npy_element_type(const std::string& descr, const std::string& path) {
   for (const auto& t : kNpyTypes) {
     if (descr == t.descr) return t.type;
   }
-  std::string why = descr.size() > 1 && descr[0] == '>' ? "big-endian data ('" + descr + "'); save it little-endian"
-                                                         : "dtype '" + descr + "'";
-  throw Failure(kRefused, path + ": not a .npy file this program reads: " + why + " (it reads " + npy_types() + ")");
+  edgeship::refuse_dtype(descr, path, npy_types());
 }
 
 ov::Tensor read_npy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Failure(kRefused, path + ": cannot be opened");
-  unsigned char lead[8] = {};
-  in.read(reinterpret_cast<char*>(lead), sizeof lead);
-  if (!in || std::memcmp(lead, "\x93NUMPY", 6) != 0) {
-    throw Failure(kRefused, path + ": not a .npy file (no \\x93NUMPY magic)");
-  }
-  if ((lead[6] != 1 && lead[6] != 2) || lead[7] != 0) {
-    throw Failure(kRefused, path + ": .npy format version " + std::to_string(lead[6]) + "." + std::to_string(lead[7]) +
-                                " (this program reads 1.0 and 2.0)");
-  }
-  unsigned char length[4] = {};
-  int length_bytes = lead[6] == 1 ? 2 : 4;
-  in.read(reinterpret_cast<char*>(length), length_bytes);
-  std::string text(little_endian(length, length_bytes), '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (!in) throw Failure(kRefused, path + ": truncated .npy header");
-  NpyHeader header(text, path);
+  NpyHeader header = edgeship::read_npy_header(in, path);
   ov::element::Type type = npy_element_type(header.descr, path);
-  if (header.fortran_order) {
-    throw Failure(kRefused, path + ": Fortran-order (column-major) data; save it in C order (numpy.ascontiguousarray)");
-  }
-  ov::Tensor tensor(type, ov::Shape(header.shape));
+  ov::Tensor tensor(type, ov::Shape(header.shape.begin(), header.shape.end()));
   auto bytes = static_cast<std::streamsize>(tensor.get_byte_size());
   in.read(static_cast<char*>(tensor.data()), bytes);
   if (in.gcount() != bytes) {
@@ -358,11 +202,6 @@ std::string describe(const std::string& name, const ov::Tensor& tensor) {
 
 // ---- Timing and the files written.
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  size_t mid = values.size() / 2;
-  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
-}
 
 std::vector<double> time_runs(ov::InferRequest& request, int warmup, int runs) {
   for (int i = 0; i < warmup; ++i) request.infer();
@@ -375,15 +214,6 @@ std::vector<double> time_runs(ov::InferRequest& request, int warmup, int runs) {
   return timings_ms;
 }
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') out += std::string("\\") + static_cast<char>(c);
-    else if (c < 0x20) out += "\\u00" + std::string(1, "0123456789abcdef"[c >> 4]) + "0123456789abcdef"[c & 15];
-    else out += static_cast<char>(c);
-  }
-  return out + "\"";
-}
 
 struct Report {
   std::string runtime;
@@ -449,7 +279,7 @@ int run(const Options& options) {
 
 int main(int argc, char** argv) {
   try {
-    return run(parse_args(argc, argv));
+    return run(parse_args(argc, argv, kUsage));
   } catch (const Failure& e) {
     std::cout.flush();
     (e.code ? std::cerr : std::cout) << (e.code ? "edgeship_openvino: " : "") << e.what() << "\n";
