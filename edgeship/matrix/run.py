@@ -112,7 +112,11 @@ def run_ray(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> l
 
     task = ray.remote(ray_build).options(num_cpus=matrix.num_cpus, max_retries=matrix.retries,
                                          retry_exceptions=False)
-    board = ray.remote(num_cpus=0)(Board).remote()
+    # The progress board lives on the driver's own node, so no other node's death takes it along.
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    board = ray.remote(num_cpus=0)(Board).options(scheduling_strategy=here).remote()
     pending: dict[Any, tuple[Cell, str, float]] = {}
     for cell in matrix.cells():
         refuse_foreign(out / cell.folder)
@@ -122,7 +126,7 @@ def run_ray(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> l
     results, shown = [], {}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
-        for key, state in ray.get(board.states.remote()).items():  # building / measuring, as the tasks say
+        for key, state in board_states(board).items():  # building / measuring, as the tasks say
             if shown.get(key) != state:
                 shown[key] = state
                 say(f"{key}: {state}")
@@ -146,6 +150,17 @@ def run_ray(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> l
         say(line(result))
     order = {(c.label, c.target_name): i for i, c in enumerate(matrix.cells())}
     return sorted(results, key=lambda r: order[(r.model, r.target)])
+
+
+def board_states(board: Any) -> dict[str, str]:
+    """What the build tasks last told the board; nothing when it cannot be read (the progress lines
+    are not worth failing the run for)."""
+    import ray
+
+    try:
+        return ray.get(board.states.remote(), timeout=10)
+    except (ray.exceptions.RayError, TimeoutError):
+        return {}
 
 
 class Board:

@@ -138,12 +138,19 @@ def test_killing_a_node_mid_run_keeps_the_other_results_and_records_the_failures
     from edgeship.matrix.spec import load_matrix
 
     result: dict = {}
-    worker = threading.Thread(target=lambda: result.update(run=run_matrix(load_matrix(path), tmp_path / "out",
-                                                                          ray="auto", db=db, say=say)))
+
+    def go() -> None:
+        try:
+            result["run"] = run_matrix(load_matrix(path), tmp_path / "out", ray="auto", db=db, say=say)
+        except BaseException as e:  # noqa: BLE001 - the test reports it
+            result["error"] = e
+    worker = threading.Thread(target=go)
     worker.start()
     assert done.wait(300), lines
     head.remove_node(second, allow_graceful=False)  # the node owning board-b dies
     worker.join(600)
+    assert "error" not in result, result.get("error")
+    assert not worker.is_alive(), lines
     run = result["run"]
     rows = by_device(tmp_path / "out")
     a = [r for r in rows if r["device"] == "board-a"]
