@@ -81,23 +81,18 @@ class OpenvinoBackend(OpenvinoSpec, Backend):
         details.update(ir_details(request.dest))
         if precision == "fp16":
             notes.append("weights stored as f16 (compress_to_fp16); the CPU plugin computes in f32")
-        if request.captured.dynamic and self.runs_here(compute):
+        if request.captured.dynamic and self.unavailable_here(opts, precision) is None:
             notes.append(check_sizes(request.captured, self.load(request.dest, opts, threads=1),
                                      **({} if precision == "fp32" else {"min_sqnr_db": None})))
         return Artifact(request.dest, notes, details)
 
     def unavailable_here(self, options: Any, precision: str) -> str | None:
         reason = self.available(options)
-        if reason is None and inference_precision(precision, options) == "bf16":
-            (_, facts), = this_machine()
-            if lacking_bf16([("host", facts)]):
-                return (f"this CPU ({(facts or {}).get('model') or 'model unknown'}) has no bf16 instructions "
-                        f"({' or '.join(BF16_FLAGS)}): OpenVINO would compute this bf16 IR in f32")
+        if reason is None and inference_precision(precision, options) == "bf16" and lacking_bf16(this_machine()):
+            model = this_machine()[0][1].get("model") or "model unknown"
+            return (f"this CPU ({model}) has no bf16 instructions ({' or '.join(BF16_FLAGS)}): OpenVINO would "
+                    "compute this bf16 IR in f32")
         return reason
-
-    def runs_here(self, compute: str) -> bool:
-        """Whether this machine's plugin can compute in ``compute`` (bf16 needs the CPU's support)."""
-        return compute != "bf16" or not lacking_bf16(this_machine())
 
 
 def inference_precision(precision: str, options: Any) -> str:
@@ -110,13 +105,13 @@ def check_bf16_cpus(cpus: list[tuple[str, dict[str, Any] | None]] | None) -> str
     without (the IR is not measured there: the runner refuses it, and on this machine the row says
     why) and those whose flags are unknown (the runner checks there)."""
     cpus = this_machine() if cpus is None else cpus
-    lacking = lacking_bf16(cpus)
+    lacking = set(lacking_bf16(cpus))
     unknown = [name for name, facts in cpus if not (facts or {}).get("flags")]
-    lacking_names = [entry.split(" (", 1)[0] for entry in lacking]
-    able = [name for name, _ in cpus if name not in unknown and name not in lacking_names]
+    able = [name for name, _ in cpus if name not in unknown and name not in lacking]
     note = f"bf16 ({' or '.join(BF16_FLAGS)}): {', '.join(able) or 'no target CPU'} can compute it"
     if lacking:
-        note += (f"; {', '.join(lacking)} cannot (no bf16 instructions: OpenVINO would compute in f32 there, so it "
+        named = [f"{name} ({(facts or {}).get('model') or 'model unknown'})" for name, facts in cpus if name in lacking]
+        note += (f"; {', '.join(named)} cannot (no bf16 instructions: OpenVINO would compute in f32 there, so it "
                  "is not measured there; build openvino fp32 or int8 for such a CPU)")
     return note + (f"; flags of {', '.join(unknown)} unknown: the runner checks there" if unknown else "")
 

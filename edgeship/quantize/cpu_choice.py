@@ -93,7 +93,7 @@ def depends_on_cpu(variant: Variant) -> bool:
     ONNX with reduce_range left unset; an AOTInductor package (native code for an instruction set:
     lowering/aoti_isa.py), unless each device compiles it for its own CPU (compile_on = "device"
     with isa auto or native: the artifact is then the exported program, whatever the CPUs); an
-    OpenVINO variant computed in bf16 (refused for a target CPU without bf16 instructions)."""
+    OpenVINO variant computed in bf16 (its notes name the target CPUs without bf16 instructions)."""
     return aoti_checks_cpus(variant) or onnx_chooses_by_cpu(variant) or openvino_checks_bf16(variant)
 
 
@@ -103,20 +103,17 @@ def openvino_checks_bf16(variant: Variant) -> bool:
 
 
 def lacking_bf16(cpus: list[TargetCpu]) -> list[str]:
-    """The devices among ``cpus`` (named with their CPU model) whose flags are known and hold no bf16
-    instructions (BF16_FLAGS: AVX512-BF16, AMX-BF16); a CPU whose flags are unknown is not listed."""
-    lacking = []
-    for name, facts in cpus:
-        flags = (facts or {}).get("flags") or []
-        if flags and not (facts or {}).get("error") and not any(f in flags for f in BF16_FLAGS):
-            lacking.append(f"{name} ({(facts or {}).get('model') or 'model unknown'})")
-    return lacking
+    """The names of the devices among ``cpus`` whose flags are known and hold no bf16 instructions
+    (BF16_FLAGS: AVX512-BF16, AMX-BF16); a CPU whose flags are unknown is not listed."""
+    return [name for name, facts in cpus
+            if (facts or {}).get("flags") and not (facts or {}).get("error")
+            and not any(f in facts["flags"] for f in BF16_FLAGS)]
 
 
 def openvino_bf16(variant: Variant, cpus: list[TargetCpu] | None) -> dict[str, Any] | None:
-    """For an openvino variant computed in bf16, the target CPUs lacking bf16 (the stage cache keys
-    the artifact on it: a cached build for CPUs that had it is not reused for one that has not);
-    None for other variants."""
+    """For an openvino variant computed in bf16, the target devices lacking bf16 (the stage cache keys
+    the artifact on them: its notes name them, so a build for other targets is not restored with
+    another build's notes); None for other variants."""
     if not openvino_checks_bf16(variant):
         return None
     return {"lacking_bf16": lacking_bf16(this_machine() if cpus is None else cpus)}

@@ -27,6 +27,7 @@ import numpy as np
 
 from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
+from edgeship.errors import LoweringError
 from edgeship.lowering.registry import OPENVINO_QUANTIZATION
 from edgeship.quantize.quantized import Quantized, calibrated
 from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fallback, sqnr_of
@@ -78,22 +79,16 @@ def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
                                                     Path(request.dest).parent, measure)
         result = quantized(excluded)
     fq = sum(1 for op in result.get_ordered_ops() if op.get_type_name() == "FakeQuantize")
+    if fq == 0:
+        raise LoweringError("NNCF left no FakeQuantize node in the model: nothing would run in int8 (no convolution "
+                            "or MatMul NNCF quantizes); build openvino fp32 or bf16 for it")
     done = Quantized.describe("static", OPENVINO_QUANTIZATION.engines, format="FakeQuantize (OpenVINO IR)",
                               method=method, samples=len(data), per_channel=settings.per_channel,
                               preset=opts.preset, model_type=opts.model_type, target_device=opts.target_device,
                               fast_bias_correction=opts.fast_bias_correction, subset_size=subset,
                               fake_quantize_nodes=fq, kept_float=excluded, sensitivity=report,
                               calibration={**facts, "data": data.source}, nncf=nncf.__version__)
-    if fq == 0:
-        raise_nothing_quantized()
     return result, done
-
-
-def raise_nothing_quantized() -> None:
-    from edgeship.errors import LoweringError
-
-    raise LoweringError("NNCF left no FakeQuantize node in the model: nothing would run in int8 (no convolution "
-                        "or MatMul NNCF quantizes); build openvino fp32 or bf16 for it")
 
 
 def import_nncf() -> Any:

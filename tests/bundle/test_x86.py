@@ -77,12 +77,11 @@ def openvino_missing() -> str | None:
 
 
 def bf16_here() -> bool:
-    """Whether this CPU computes bf16 (the openvino backend refuses a bf16 variant otherwise)."""
-    from edgeship.lowering.openvino import lacking_bf16
-    from edgeship.quantize.cpu_choice import this_machine
+    """Whether this CPU computes bf16 (a bf16 variant is not measured here otherwise)."""
+    from edgeship.lowering.backends import BACKENDS
 
-    facts = dict(this_machine()).get("host") or {}
-    return bool(facts.get("flags")) and not lacking_bf16(this_machine())
+    backend = BACKENDS["openvino"]
+    return backend.unavailable_here(backend.parse_options({}), "bf16") is None
 
 
 def toolchain_missing() -> str | None:
