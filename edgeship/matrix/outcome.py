@@ -15,5 +15,4 @@ class CellResult:
     seconds: float
     error: str | None = None
     node: str | None = None       # where it was built (hostname, and the Ray node on a cluster)
-    attempts: int = 1
     timings: dict[str, float] = field(default_factory=dict)  # build, transfer (Ray), unpack

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeship.devices.base import Device, DeviceReport, Job, JobResult, MeasurementError, TransportError
+from edgeship.errors import first_line
 
 RESOURCE = "device:{}"
 LAB_DEVICES_ENV = "EDGESHIP_LAB_DEVICES"  # a lab node's own devices file
@@ -103,7 +104,7 @@ class RayDevice(Device):
             raise MeasurementError(f"the measurement task failed on {self.name}'s node: {cause}") from None
         except ray.exceptions.RayError as e:  # its worker or node died more often than retries allow
             raise TransportError(f"Ray lost the measurement on {self.name}: {type(e).__name__}: "
-                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}") from None
+                                 f"{first_line(e)}") from None
         result = JobResult(back["document"], back["outputs"], back["notes"])
         result.document["ray"] = back["where"]
         result.notes.append(f"measured through Ray on node {back['where']['node_ip']} "

@@ -30,14 +30,30 @@ def best_on(results: Results, device: str) -> tuple[VariantResult, Any] | None:
     return best
 
 
-def accuracy_text(row: VariantResult, lat: Any) -> str:
-    acc = lat.accuracy or row.accuracy
-    if acc is None:
-        return "not measured"
-    if acc.top1 is not None:
-        return f"top-1 {100 * acc.top1:.2f}% (drop {acc.top1_drop:+.2f})" if acc.top1_drop is not None else \
-            f"top-1 {100 * acc.top1:.2f}%"
-    return f"SQNR {acc.sqnr_db:.1f} dB" if acc.sqnr_db is not None else "not measured"
+def accuracy_text(results: Results, variant: VariantResult, device: str) -> str:
+    """The variant's accuracy on ``device`` as the build's report shows it (reports/formatting.py: the
+    task's headline metric, "not measured" / "not informative" instead of a number where the results
+    hold none): classification top-1 and its drop where there are labels, else SQNR."""
+    from edgeship.reports.formatting import (
+        ACCURACY_LABELS,
+        accuracy,
+        headline_metric,
+        metric_label,
+        task_metric,
+        task_metric_names,
+    )
+    from edgeship.reports.rows import Build, Line
+
+    line = Line(Build(results.model.name, results, ""), variant, variant.name)
+    if line.task == "classification":
+        top1 = accuracy(line, "top1", device)
+        if top1.why is None:
+            return f"top-1 {top1.text} (drop {accuracy(line, 'top1_drop', device).text} points)"
+        metric = "sqnr_db"
+    else:
+        metric = headline_metric(line.task, task_metric_names([line]))
+    cell = accuracy(line, metric, device) if metric in ACCURACY_LABELS else task_metric(line, metric, device)
+    return f"{metric_label(metric)} {cell.text}"
 
 
 def matrix_rows(matrix: Matrix, out: Path, cells: list[CellResult]) -> list[dict[str, Any]]:
@@ -55,7 +71,7 @@ def matrix_rows(matrix: Matrix, out: Path, cells: list[CellResult]) -> list[dict
             else:
                 variant, lat = found
                 row.update(best=variant.name, backend=variant.backend, precision=variant.precision,
-                           p50_ms=lat.p50_ms, runtime=lat.runtime, accuracy=accuracy_text(variant, lat),
+                           p50_ms=lat.p50_ms, runtime=lat.runtime, accuracy=accuracy_text(results, variant, device),
                            sha256=variant.sha256)
             rows.append(row)
     return rows

@@ -15,24 +15,22 @@ with its reason and the others' results are kept.
 from __future__ import annotations
 
 import io
-import json
 import os
-import shutil
 import socket
 import tarfile
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgeship.errors import BadInputError, GateFailure, first_line
+from edgeship.errors import BadInputError, GateFailure, first_line, listing
+from edgeship.fsutil import atomic_output
 from edgeship.matrix.outcome import CellResult
 from edgeship.matrix.spec import Cell, Matrix, MatrixError
 from edgeship.store import DEFAULT_PATH, ENV
 
-BUILD_MARKER = ".edgeship-build.json"  # what an edgeship build folder holds (pipeline/output.py)
 POLL_S = 1.0  # how often the driver looks at the tasks' progress
 
 
@@ -46,15 +44,13 @@ def run_local(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) ->
     """Each build in turn on this machine, into ``out``."""
     results = []
     for cell in matrix.cells():
-        folder = cell.folder
         say(f"{cell.label} × {cell.target_name}: building")
-        results.append(build_cell(cell, folder, out / folder, matrix, db, wrap=None))
+        results.append(build_cell(cell, out / cell.folder, matrix, db, wrap=None))
         say(line(results[-1]))
     return results
 
 
-def build_cell(cell: Cell, folder: str, dest: Path, matrix: Matrix, db: str,
-               wrap: Callable[[Any], Any] | None) -> CellResult:
+def build_cell(cell: Cell, dest: Path, matrix: Matrix, db: str, wrap: Callable[[Any], Any] | None) -> CellResult:
     """One build into ``dest`` with the matrix's devices (each wrapped by ``wrap`` when given)."""
     from edgeship.pipeline.plan import BuildRequest
     from edgeship.pipeline.run import build
@@ -73,7 +69,7 @@ def build_cell(cell: Cell, folder: str, dest: Path, matrix: Matrix, db: str,
     except Exception as e:  # a bug in one build fails that build, not the matrix
         state, error = "failed", f"{type(e).__name__}: {first_line(e)}"
     seconds = time.perf_counter() - began
-    return CellResult(cell.label, cell.target_name, folder, state, round(seconds, 2), error, socket.gethostname(),
+    return CellResult(cell.label, cell.target_name, cell.folder, state, round(seconds, 2), error, socket.gethostname(),
                       timings={"build": round(seconds, 2)})
 
 
@@ -117,11 +113,11 @@ def run_ray(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> l
 
     here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
     board = ray.remote(num_cpus=0)(Board).options(scheduling_strategy=here).remote()
-    pending: dict[Any, tuple[Cell, str, float]] = {}
+    pending: dict[Any, tuple[Cell, float]] = {}
     for cell in matrix.cells():
         refuse_foreign(out / cell.folder)
     for cell in matrix.cells():
-        pending[task.remote(cell, cell.folder, matrix, db, board)] = (cell, cell.folder, time.perf_counter())
+        pending[task.remote(cell, matrix, db, board)] = (cell, time.perf_counter())
         say(f"{cell.label} × {cell.target_name}: queued")
     results, shown = [], {}
     while pending:
@@ -133,16 +129,16 @@ def run_ray(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> l
         if not ready:
             continue
         ref = ready[0]
-        cell, folder, queued = pending.pop(ref)
+        cell, queued = pending.pop(ref)
         try:
             result, archive = ray.get(ref)
         except ray.exceptions.RayError as e:  # the task's node died more often than retries allow
-            result, archive = CellResult(cell.label, cell.target_name, folder, "failed",
+            result, archive = CellResult(cell.label, cell.target_name, cell.folder, "failed",
                                          round(time.perf_counter() - queued, 2),
                                          f"Ray lost the build: {type(e).__name__}: {first_line(e)}"), None
         if archive is not None:
             began = time.perf_counter()
-            land(archive, out / folder)
+            land(archive, out / cell.folder)
             result.timings["unpack"] = round(time.perf_counter() - began, 3)
             result.timings["bytes"] = len(archive)
         result.timings["queued_to_done"] = round(time.perf_counter() - queued, 2)
@@ -177,16 +173,16 @@ class Board:
         return dict(self._states)
 
 
-def ray_build(cell: Cell, folder: str, matrix: Matrix, db: str,
-              board: Any = None) -> tuple[CellResult, bytes | None]:
+def ray_build(cell: Cell, matrix: Matrix, db: str, board: Any = None) -> tuple[CellResult, bytes | None]:
     """The Ray task: the build in a temporary folder on this node, returned as a tar."""
     import ray
 
     from edgeship.matrix.raydevice import RayDevice
 
+    node = f"{socket.gethostname()} (Ray node {ray.get_runtime_context().get_node_id()[:12]})"
     key = f"{cell.label} × {cell.target_name}"
     tell = (lambda state: board.set.remote(key, state)) if board is not None else (lambda state: None)
-    tell(f"building on {socket.gethostname()} (Ray node {ray.get_runtime_context().get_node_id()[:12]})")
+    tell(f"building on {node}")
 
     def wrap(device: Any) -> Any:
         if device.transport in ("local", "browser"):  # this node's own CPU or browser
@@ -196,9 +192,8 @@ def ray_build(cell: Cell, folder: str, matrix: Matrix, db: str,
 
     with tempfile.TemporaryDirectory(prefix="edgeship-matrix-") as work:
         dest = Path(work) / "build"
-        result = build_cell(cell, folder, dest, matrix, db, wrap)
-        context = ray.get_runtime_context()
-        result.node = f"{socket.gethostname()} (Ray node {context.get_node_id()[:12]})"
+        result = build_cell(cell, dest, matrix, db, wrap)
+        result.node = node
         archive = pack_folder(dest) if dest.is_dir() else None
     return result, archive
 
@@ -211,33 +206,32 @@ def pack_folder(folder: Path) -> bytes:
 
 
 def refuse_foreign(dest: Path) -> None:
-    """A folder under --out that a build would replace must be one edgeship wrote (or absent/empty)."""
-    if dest.exists() and (not dest.is_dir() or (any(dest.iterdir()) and not (dest / BUILD_MARKER).exists())):
-        raise MatrixError(f"{dest}: exists and is not an edgeship build folder; the matrix would replace it: "
-                          "choose another --out or move it")
+    """MatrixError when replacing ``dest`` by a new build folder would lose a file edgeship did not
+    write there: ``dest`` must be absent, or a folder whose every file is edgeship's (the build
+    manifest's, or edgeship's own bookkeeping; the same test ``edgeship build`` makes, BuildFolder)."""
+    from edgeship.pipeline.output import STATE, BuildFolder
+
+    if not (dest.exists() or dest.is_symlink()):
+        return
+    if dest.is_symlink() or not dest.is_dir():
+        raise MatrixError(f"{dest}: exists and is not a folder edgeship wrote; the matrix would replace it: choose "
+                          "another --out or move it")
+    folder = BuildFolder(dest)
+    known, _ = folder.known()
+    strangers = [rel for rel in folder.files_under(".") if rel.split("/")[0] not in STATE and rel not in known]
+    if strangers:
+        raise MatrixError(f"{dest}: holds {listing(strangers)}, which edgeship did not write; the matrix would replace "
+                          "the folder: choose another --out or move them")
 
 
 def land(archive: bytes, dest: Path) -> None:
-    """The build folder from ``archive`` at ``dest``: unpacked beside it, then swapped in by rename
-    (a reader sees the old folder or the new one)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fresh = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(fresh, 0o777 & ~umask)  # as a folder edgeship build makes (mkdtemp's is private)
-    try:
+    """The build folder from ``archive`` at ``dest``, written beside it and swapped in by
+    ``atomic_output``, after checking again that ``dest`` holds nothing but edgeship's files."""
+    refuse_foreign(dest)
+    with atomic_output(dest) as fresh:
+        fresh.mkdir()
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(fresh, filter="data")
-        old = None
-        if dest.exists():
-            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-            os.replace(dest, old)
-        os.replace(fresh, dest)
-        if old is not None:
-            shutil.rmtree(old)
-    finally:
-        if fresh.exists():
-            shutil.rmtree(fresh)
 
 
 # ---- the run ---------------------------------------------------------------------------------
@@ -278,6 +272,3 @@ def run_matrix(matrix: Matrix, out: Path, ray: str | None = None, db: str | None
     report = write_matrix_report(matrix, out, results, engine, seconds)
     return MatrixRun(results, report, engine, round(seconds, 2))
 
-
-def results_json(run: MatrixRun) -> str:
-    return json.dumps([asdict(r) for r in run.results], indent=1)

@@ -13,6 +13,8 @@ profile: a mistake is a ``MatrixError`` (exit 2) naming the file, the key and wh
 """
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,8 +115,8 @@ def load_matrix(path: Path | str) -> Matrix:
     problems += _problem("devices", lambda: resolve_devices(request))
     if problems:
         raise MatrixError(f"{path}: " + "; ".join(problems))
-    twice = [n for n in {names[s] for _, s in models} if [names[s] for _, s in models].count(n) > 1]
-    twice += [n for n in {names[t] for t in targets} if [names[t] for t in targets].count(n) > 1]
+    twice = [n for group in ([names[s] for _, s in models], [names[t] for t in targets])
+             for n, count in Counter(group).items() if count > 1]
     if twice:
         raise MatrixError(f"{path}: two models or two targets have the same name ({', '.join(sorted(twice))}): their "
                           "builds would go into one folder")
@@ -124,9 +126,10 @@ def load_matrix(path: Path | str) -> Matrix:
                   devices_file, parsed.num_cpus, parsed.retries, f"{path.name}@{now_utc()}")
 
 
-def _problem(where: str, check: object) -> list[str]:
+def _problem(where: str, check: Callable[[], object]) -> list[str]:
+    """The BadInputError ``check`` raises, prefixed with ``where``; nothing when it passes."""
     try:
-        check()  # type: ignore[operator]
+        check()
     except BadInputError as e:
         return [f"{where}: {e}"]
     return []

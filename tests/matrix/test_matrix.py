@@ -62,7 +62,8 @@ def test_matrix_locally_writes_each_build_as_edgeship_build_does_and_the_report(
     report = json.loads((out / "matrix.json").read_text())
     assert [(r["target"], r["device"], r["best"]) for r in report["rows"]] == [
         ("onnxonly", "host", "ort"), ("mobile", "host", "lite")]
-    assert all(r["p50_ms"] > 0 and r["accuracy"] for r in report["rows"])
+    assert all(r["p50_ms"] > 0 and r["accuracy"].startswith("top-1 ") and "points)" in r["accuracy"]
+               for r in report["rows"])  # the report's own top-1 cells
     assert "| tiny | onnxonly | host | ort (onnx fp32) |" in (out / "matrix.md").read_text()
     from edgeship.store import ResultsStore
     rows = ResultsStore(db).rows()
@@ -98,21 +99,28 @@ def test_lab_node_starts_ray_with_one_resource_per_device_of_its_file(tmp_path, 
 
 
 def test_a_folder_edgeship_did_not_write_is_never_replaced_by_a_matrix_build(tmp_path) -> None:
+    from edgeship.devices.hashing import sha256_file
     from edgeship.matrix.run import land, pack_folder, refuse_foreign
 
     foreign = tmp_path / "out" / "host" / "tiny"
     foreign.mkdir(parents=True)
     (foreign / "notes.txt").write_text("mine")
-    with pytest.raises(MatrixError, match="is not an edgeship build folder"):
+    with pytest.raises(MatrixError, match=r"holds notes.txt, which edgeship did not write"):
         refuse_foreign(foreign)
     assert (foreign / "notes.txt").read_text() == "mine"
     build = tmp_path / "build"
-    build.mkdir()
-    (build / ".edgeship-build.json").write_text("{}")
+    (build / ".work").mkdir(parents=True)
     (build / "results.json").write_text("{}")
+    (build / ".work" / "job.json").write_text("{}")  # edgeship's own bookkeeping
+    (build / ".edgeship-build.json").write_text(json.dumps(
+        {"format": "edgeship-build", "version": 1, "build_key": "k",
+         "files": {"results.json": sha256_file(build / "results.json")}}))
     ours = tmp_path / "out" / "android" / "tiny"
     land(pack_folder(build), ours)
-    refuse_foreign(ours)  # now an edgeship folder: a later run may replace it
-    land(pack_folder(build), ours)
-    assert sorted(p.name for p in ours.iterdir()) == [".edgeship-build.json", "results.json"]
+    land(pack_folder(build), ours)  # an edgeship folder: a later run replaces it
+    assert sorted(p.name for p in ours.iterdir()) == [".edgeship-build.json", ".work", "results.json"]
     assert sorted(p.name for p in ours.parent.iterdir()) == ["tiny"]  # no temporary folder left
+    (ours / "results.json.bak").write_text("a user's copy")  # a file edgeship did not write, inside its folder
+    with pytest.raises(MatrixError, match=r"holds results.json.bak, which edgeship did not write"):
+        land(pack_folder(build), ours)
+    assert (ours / "results.json.bak").read_text() == "a user's copy"
