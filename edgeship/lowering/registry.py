@@ -284,6 +284,7 @@ OPENVINO_INFERENCE_PRECISION = {"fp32": "f32", "bf16": "bf16", "fp16": "f32", "i
 # The CPU flags (Linux's names) the plugin computes bf16 with: without one it has no bf16 kernels.
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 NNCF_PRESETS = Literal["performance", "mixed"]
+NNCF_OVERFLOW_FIX = Literal["enable", "first_layer_only", "disable"]  # nncf OverflowFix values
 
 
 class OpenvinoSpec(BackendSpec):
@@ -324,6 +325,12 @@ class OpenvinoSpec(BackendSpec):
                                     "of the variant's calibration data ([calibration] samples).")
         target_device: Literal["ANY", "CPU"] = Field(
             "ANY", description="int8: NNCF's target_device (which layers get quantizers); ANY is NNCF's default.")
+        overflow_fix: NNCF_OVERFLOW_FIX | None = Field(  # type: ignore[valid-type]
+            None, description="int8: NNCF's overflow_fix. enable: 7-bit weights in every layer, so the CPU "
+                              "plugin's u8 x s8 pair sums cannot saturate int16 on CPUs without VNNI; "
+                              "first_layer_only (NNCF's default): in the first layer only; disable. Unset: "
+                              "chosen from the target CPUs: enable when one lacks VNNI and AMX or is not known, "
+                              "else first_layer_only.")
 
     @classmethod
     def computes_in(cls, precision: str, options: dict[str, Any]) -> str:

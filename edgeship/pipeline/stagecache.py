@@ -39,7 +39,7 @@ from edgeship.fsutil import atomic_write_text, no_space_is_output_error, remove_
 from edgeship.lowering.aoti_isa import cxx_version
 from edgeship.pipeline.plan import Plan
 from edgeship.profile.models import Variant
-from edgeship.quantize.cpu_choice import aoti_isa, onnx_reduce_range, openvino_bf16
+from edgeship.quantize.cpu_choice import aoti_isa, onnx_reduce_range, openvino_bf16, openvino_overflow_fix
 from edgeship.quantize.settings import needs_calibration
 from edgeship.results import toolchain_versions
 
@@ -123,6 +123,9 @@ class StageKeys:
         bf16 = openvino_bf16(variant, self.cpus)
         if bf16 is not None:
             key["openvino_bf16"] = bf16
+        overflow = openvino_overflow_fix(variant, self.cpus)
+        if overflow is not None:
+            key["overflow_fix"] = {"value": overflow[0], "why": overflow[1]}
         return key
 
     def build(self) -> str:

@@ -1,4 +1,5 @@
-"""Quantization settings picked from the CPUs an artifact will run on: ONNX Runtime's ``reduce_range``.
+"""Quantization settings picked from the CPUs an artifact will run on: ONNX Runtime's ``reduce_range``
+and NNCF's ``overflow_fix`` for OpenVINO (both: 7-bit weights where u8 x s8 pairs can saturate).
 
 Why it depends on the CPU (ONNX Runtime's documentation, docs/performance/model-optimizations/
 quantization.md, "Data type selection" and the FAQ "When to use reduce-range"): on x86-64 with AVX2
@@ -21,8 +22,18 @@ weights 25.4 dB at both; U8S8 reads 30.0 / 14.6 dB with 8-bit weights and 27.6 /
 (The tensorrt backend's S8S8 QDQ does not come through here: TensorRT and its host proxy at "basic"
 run it unfused.)
 
-An explicit ``reduce_range`` in the profile always wins; every choice comes with a note saying what
-was chosen and why, which goes into the artifact's notes and ``lowering.details.quantization``.
+OpenVINO's CPU plugin has the same hazard (NNCF's documentation of ``OverflowFix``: "the overflow
+issue fix for the 8-bit quantization" on CPUs without VNNI): without VNNI its oneDNN int8 kernels
+multiply u8 activations by s8 weights with VPMADDUBSW too. NNCF's default, ``first_layer_only``,
+keeps 7-bit weights in the first layer only. Measured on an AVX2 CPU without VNNI (the demo model,
+OpenVINO 2026.4, NNCF 3.4): first_layer_only 16.97 dB, disable 17.15 dB, enable 26.37 dB (ONNX
+Runtime's U8S8 int8 on the same CPU: 28.8 dB); a small residual + attention CNN 15.02 / 15.09 /
+39.92 dB. So ``enable`` wherever a target CPU has neither VNNI nor AMX or is not known, NNCF's
+default where every one has them (or is ARM, whose int8 dot products accumulate in int32).
+
+An explicit ``reduce_range`` or ``overflow_fix`` in the profile always wins; every choice comes with
+a note saying what was chosen and why, which goes into the artifact's notes and
+``lowering.details.quantization``.
 """
 from __future__ import annotations
 
@@ -44,18 +55,41 @@ def choose_reduce_range(explicit: bool | None, activations: str, cpus: list[Targ
     False when every one has VNNI or is ARM. ``activations`` ("uint8" or "int8-symmetric") only
     words the note: x86 runs both on the U8S8 kernels."""
     if explicit is not None:
-        return explicit, _explicit_note(explicit, cpus)
-    lead = "7-bit weights (reduce_range" + (S8S8_AS_U8S8 if activations != "uint8" else "") + "): "
+        return explicit, _explicit_note(f"reduce_range = {str(explicit).lower()}", explicit, cpus)
+    risky, why = saturation(cpus)
+    if risky:
+        return True, "7-bit weights (reduce_range" + (S8S8_AS_U8S8 if activations != "uint8" else "") + "): " + why
+    return False, f"8-bit weights: {why}"
+
+
+def choose_overflow_fix(explicit: str | None, cpus: list[TargetCpu]) -> tuple[str, str]:
+    """NNCF's ``overflow_fix`` for an OpenVINO int8 IR run on ``cpus``, and the note saying why: the
+    profile's value when set; else "enable" (7-bit weights in every layer) when any target CPU is
+    x86 without VNNI or AMX, or not known; "first_layer_only" (NNCF's default) when every one has
+    them or is ARM."""
+    if explicit is not None:
+        return explicit, _explicit_note(f"overflow_fix = {explicit}", explicit != "disable", cpus,
+                                        partly=explicit == "first_layer_only")
+    risky, why = saturation(cpus)
+    if risky:
+        return "enable", "overflow_fix enable (NNCF: 7-bit weights in every layer): " + why
+    return "first_layer_only", ("overflow_fix first_layer_only (NNCF's default: 8-bit weights after the first "
+                                f"layer): {why}")
+
+
+def saturation(cpus: list[TargetCpu]) -> tuple[bool, str]:
+    """Whether u8 x s8 int8 kernels may saturate on some CPU of ``cpus`` (x86 without VNNI or AMX, or
+    not known; no CPU at all counts as not known), and why, naming each device."""
     if not cpus:
-        return True, lead + "no target CPU is known, so 7 bits to be safe"
+        return True, "no target CPU is known, so 7 bits to be safe"
     verdicts = [(name, *cpu_verdict(facts)) for name, facts in cpus]
     risky = [_risk(name, saturates, why) for name, saturates, why in verdicts if saturates is not False]
     if risky:
-        return True, lead + "; ".join(risky)
+        return True, "; ".join(risky)
     isas = tuple(sorted({int8_kernel_facts(facts)["isa"] for _, facts in cpus}))
     lead = {("x86",): "every target CPU has VNNI", ("arm",): "every target CPU is ARM"}.get(
         isas, "every target CPU has VNNI or is ARM")
-    return False, (f"8-bit weights: {lead}, where U8S8 does not saturate ("
+    return False, (f"{lead}, where u8 x s8 pairs do not saturate ("
                    + "; ".join(f"{name}: {why}" for name, _, why in verdicts) + ")")
 
 
@@ -72,8 +106,8 @@ def cpu_verdict(facts: dict[str, Any] | None) -> tuple[bool | None, str]:
     if not kernels["flags_known"]:
         return None, f"{model}: its instruction-set flags could not be read"
     flags = facts.get("flags") or []
-    if kernels["vnni"]:
-        return False, f"{model} with VNNI ({', '.join(f for f in VNNI_FLAGS if f in flags)})"
+    if kernels["vnni"] or kernels["amx"]:
+        return False, f"{model} with VNNI ({', '.join(f for f in (*VNNI_FLAGS, 'amx_int8') if f in flags)})"
     widest = "AVX-512" if "avx512bw" in flags else "AVX2" if "avx2" in flags else "SSE"
     return True, f"{model}: {widest} without VNNI"
 
@@ -90,11 +124,28 @@ def onnx_reduce_range(variant: Variant, cpus: list[TargetCpu] | None) -> tuple[b
 
 def depends_on_cpu(variant: Variant) -> bool:
     """Whether lowering ``variant`` chooses a setting by CPU or checks its targets' CPUs: static int8
-    ONNX with reduce_range left unset; an AOTInductor package (native code for an instruction set:
-    lowering/aoti_isa.py), unless each device compiles it for its own CPU (compile_on = "device"
-    with isa auto or native: the artifact is then the exported program, whatever the CPUs); an
-    OpenVINO variant computed in bf16 (its notes name the target CPUs without bf16 instructions)."""
-    return aoti_checks_cpus(variant) or onnx_chooses_by_cpu(variant) or openvino_checks_bf16(variant)
+    ONNX with reduce_range left unset; int8 OpenVINO with overflow_fix left unset; an AOTInductor
+    package (native code for an instruction set: lowering/aoti_isa.py), unless each device compiles
+    it for its own CPU (compile_on = "device" with isa auto or native: the artifact is then the
+    exported program, whatever the CPUs); an OpenVINO variant computed in bf16 (its notes name the
+    target CPUs without bf16 instructions)."""
+    return (aoti_checks_cpus(variant) or onnx_chooses_by_cpu(variant) or openvino_checks_bf16(variant)
+            or openvino_chooses_by_cpu(variant))
+
+
+def openvino_chooses_by_cpu(variant: Variant) -> bool:
+    """int8 OpenVINO with overflow_fix left unset: its quantization picks overflow_fix by CPU."""
+    return (variant.backend == "openvino" and variant.precision == "int8"
+            and SPECS["openvino"].parse_options(variant.options).overflow_fix is None)
+
+
+def openvino_overflow_fix(variant: Variant, cpus: list[TargetCpu] | None) -> tuple[str, str] | None:
+    """The overflow_fix an openvino int8 variant's quantization chooses on ``cpus`` (None: this
+    machine), or None for other variants and when the profile sets it (the variant's options are
+    then in the stage cache key already)."""
+    if not openvino_chooses_by_cpu(variant):
+        return None
+    return choose_overflow_fix(None, this_machine() if cpus is None else cpus)
 
 
 def openvino_checks_bf16(variant: Variant) -> bool:
@@ -172,13 +223,15 @@ def cpu_details(cpus: list[TargetCpu]) -> list[dict[str, Any]]:
 
 def _risk(name: str, saturates: bool | None, why: str) -> str:
     if saturates:
-        return f"{name}'s CPU has no VNNI ({why}: U8S8 pairs can saturate int16)"
+        return f"{name}'s CPU has no VNNI ({why}: u8 x s8 pairs can saturate int16)"
     return f"CPU of device {name} unknown ({why}), so 7 bits to be safe"
 
 
-def _explicit_note(explicit: bool, cpus: list[TargetCpu]) -> str:
-    note = f"reduce_range = {str(explicit).lower()} set in the profile ({7 if explicit else 8}-bit weights)"
+def _explicit_note(setting: str, seven_bit: bool, cpus: list[TargetCpu], partly: bool = False) -> str:
+    """The note on a setting the profile made: what it gives, and the target CPUs it exposes."""
+    bits = "7-bit weights in the first layer only" if partly else f"{7 if seven_bit else 8}-bit weights"
+    note = f"{setting} set in the profile ({bits})"
     exposed = [name for name, facts in cpus if cpu_verdict(facts)[0]]
-    if not explicit and exposed:
-        note += f"; no VNNI on {', '.join(exposed)}: U8S8 pairs can saturate int16 there"
+    if (partly or not seven_bit) and exposed:
+        note += f"; no VNNI on {', '.join(exposed)}: u8 x s8 pairs can saturate int16 there"
     return note

@@ -3,8 +3,10 @@ variant says per-tensor) and int8 activations calibrated on the build's calibrat
 as FakeQuantize nodes the CPU plugin runs with int8 kernels (VNNI, AMX where the CPU has them).
 
 The options (``preset``, ``model_type``, ``fast_bias_correction``, ``subset_size``,
-``target_device``) are ``nncf.quantize``'s own, at NNCF's defaults unless the profile sets them,
-except ``subset_size``: every calibration sample the variant draws, not NNCF's 300. Activation
+``target_device``, ``overflow_fix``) are ``nncf.quantize``'s own, at NNCF's defaults unless the
+profile sets them, except ``subset_size`` (every calibration sample the variant draws, not NNCF's
+300) and ``overflow_fix``, chosen from the target CPUs when unset (quantize/cpu_choice.py: 7-bit
+weights in every layer where a CPU without VNNI could saturate). Activation
 ranges: ``mean-minmax`` (NNCF's default for per-tensor activations: the mean over samples of each
 sample's min and max), ``minmax`` (the extremes over all samples) or ``histogram``.
 
@@ -29,6 +31,7 @@ from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import LoweringError
 from edgeship.lowering.registry import OPENVINO_QUANTIZATION
+from edgeship.quantize.cpu_choice import choose_overflow_fix, cpu_details, this_machine
 from edgeship.quantize.quantized import Quantized, calibrated
 from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fallback, sqnr_of
 from edgeship.quantize.settings import QuantizationSettings
@@ -50,9 +53,11 @@ def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
     opts, spec = request.options, request.captured.model.spec
     batch = int(spec.inputs[0].shape[0])
     subset = min(opts.subset_size or len(data), len(data))
+    cpus = this_machine() if request.cpus is None else request.cpus
+    overflow_fix, overflow_why = choose_overflow_fix(opts.overflow_fix, cpus)
     nncf_args = {"preset": opts.preset, "model_type": opts.model_type, "target_device": opts.target_device,
                  "fast_bias_correction": opts.fast_bias_correction, "subset_size": subset,
-                 "per_channel": settings.per_channel, "method": method}
+                 "per_channel": settings.per_channel, "method": method, "overflow_fix": overflow_fix}
     core = ov.Core()
     with tempfile.TemporaryDirectory(prefix="edgeship-nncf-") as folder:
         float_xml = Path(folder) / "float.xml"
@@ -86,8 +91,10 @@ def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
                               method=method, samples=len(data), per_channel=settings.per_channel,
                               preset=opts.preset, model_type=opts.model_type, target_device=opts.target_device,
                               fast_bias_correction=opts.fast_bias_correction, subset_size=subset,
+                              overflow_fix=overflow_fix, overflow_fix_reason=overflow_why, cpus=cpu_details(cpus),
                               fake_quantize_nodes=fq, kept_float=excluded, sensitivity=report,
                               calibration={**facts, "data": data.source}, nncf=nncf.__version__)
+    done.notes.append(overflow_why)
     return result, done
 
 
@@ -115,10 +122,14 @@ def quiet_loggers(*names: str, level: int = logging.ERROR) -> Iterator[None]:
 def run_nncf(model: Any, data: Dataset, batch: int, args: dict[str, Any], ignored: list[str]) -> Any:
     """nncf.quantize with ``args`` (edgeship's names) on ``data`` in batches of ``batch``."""
     import nncf
-    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, QuantizationParameters
+    from nncf.quantization.advanced_parameters import (
+        AdvancedQuantizationParameters,
+        OverflowFix,
+        QuantizationParameters,
+    )
     from nncf.quantization.range_estimator import RangeEstimatorParametersSet
 
-    advanced = AdvancedQuantizationParameters()
+    advanced = AdvancedQuantizationParameters(overflow_fix=OverflowFix(args["overflow_fix"]))
     if not args["per_channel"]:
         advanced.weights_quantization_params = QuantizationParameters(per_channel=False)
     if args["method"] != "mean-minmax":  # NNCF's default for per-tensor activations
@@ -139,21 +150,23 @@ def run_nncf(model: Any, data: Dataset, batch: int, args: dict[str, Any], ignore
 def layer_sensitivity(core: Any, float_model: Any, quantized: Any, data: Dataset, batch: int
                       ) -> list[LayerSensitivity]:
     """Each convolution's and MatMul's output in ``quantized`` against the same node in
-    ``float_model`` (matched by friendly name), both computed in f32 on ``data``."""
+    ``float_model`` (matched by friendly name), both computed in f32 on ``data``. Each layer's
+    values are read by the tensor name of the model output ``add_outputs`` gives for its port: a
+    port that is already a model output (a layer whose result the model returns) gets no new one,
+    so outputs cannot be counted by position."""
     float_ops = {op.get_friendly_name(): op for op in weighted_ops(float_model)}
     quant_ops = {op.get_friendly_name(): op for op in weighted_ops(quantized)}
     names = [n for n in float_ops if n in quant_ops]
     runs = {}
     for label, model, ops in (("float", float_model, float_ops), ("int8", quantized, quant_ops)):
-        first = len(model.outputs)
-        model.add_outputs([ops[n].output(0) for n in names])
+        ports = model.add_outputs([ops[n].output(0) for n in names])
         compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
         request = compiled.create_infer_request()
         per_layer: list[list[np.ndarray]] = [[] for _ in names]
         for item in data.batches(batch):
-            out = request.infer(item).to_tuple()
-            for i in range(len(names)):
-                per_layer[i].append(np.array(out[first + i]))
+            out = request.infer(item)
+            for i, port in enumerate(ports):
+                per_layer[i].append(np.array(out[port.get_any_name()]))
         runs[label] = per_layer
     return [LayerSensitivity(name, float_ops[name].get_type_name(), sqnr_of(runs["float"][i], runs["int8"][i]))
             for i, name in enumerate(names)]

@@ -259,3 +259,72 @@ def test_the_stage_key_of_a_bf16_variant_holds_the_target_cpus_lacking_bf16(tmp_
     assert StageKeys(plan, [("x", XEON)]).artifact(bf16)["openvino_bf16"] == {"lacking_bf16": []}
     assert StageKeys(plan, [("e", EPYC)]).artifact(bf16)["openvino_bf16"] == {"lacking_bf16": ["e"]}
     assert "openvino_bf16" not in StageKeys(plan, [("e", EPYC)]).artifact(fp32)
+
+
+def _widest_int8_weight(path: Path) -> dict[str, int]:
+    """The largest |value| of the IR's int8 weight constants, by the layer type they feed (NNCF's 7-bit
+    weights reach 64, 8-bit ones 127); the first layer's weights are left out (NNCF keeps them 7-bit
+    by default)."""
+    model = _read(path)
+    widest: dict[str, int] = {}
+    layers = [op for op in model.get_ordered_ops() if op.get_type_name() in ("Convolution", "MatMul")]
+    for op in layers[1:]:
+        node = op.input_value(1).get_node()
+        while node.get_type_name() != "Constant" and node.get_input_size():
+            node = node.input_value(0).get_node()
+        if node.get_element_type().get_type_name() == "i8":
+            widest[op.get_type_name()] = max(widest.get(op.get_type_name(), 0), int(np.abs(node.get_data()).max()))
+    return widest
+
+
+@pytest.mark.parametrize(("cpus", "chosen", "widest"), [
+    ([("edge", EPYC)], "enable", 64),                   # AVX2 without VNNI: 7-bit weights in every layer
+    ([("server", XEON)], "first_layer_only", 127),      # VNNI and AMX: NNCF's default
+    ([("server", XEON), ("edge", EPYC)], "enable", 64),  # one CPU without VNNI decides
+])
+def test_openvino_int8_chooses_overflow_fix_from_the_target_cpus(tiny_model, tmp_path, cpus, chosen, widest) -> None:
+    artifact, predict = _lower(tiny_model, tmp_path / "model.openvino", precision="int8", cpus=cpus,
+                               calibration=_calibration(tiny_model),
+                               quantization=QuantizationSettings(sensitivity=False))
+    details = artifact.details["quantization"]
+    assert details["overflow_fix"] == chosen and details["overflow_fix_reason"] in artifact.notes
+    assert details["cpus"][0]["device"] == cpus[0][0]
+    assert details["overflow_fix_reason"].startswith(f"overflow_fix {chosen}")
+    assert max(_widest_int8_weight(artifact.path).values()) <= widest and sqnr_against_eager(tiny_model, predict) >= 20
+    if chosen == "enable":
+        assert "edge's CPU has no VNNI (AMD EPYC 7B13: AVX2 without VNNI" in details["overflow_fix_reason"]
+    else:
+        assert max(_widest_int8_weight(artifact.path).values()) > 64
+
+
+def test_openvino_int8_overflow_fix_set_in_the_profile_wins(tiny_model, tmp_path) -> None:
+    artifact, _ = _lower(tiny_model, tmp_path / "model.openvino", precision="int8", cpus=[("edge", EPYC)],
+                         calibration=_calibration(tiny_model), quantization=QuantizationSettings(sensitivity=False),
+                         overflow_fix="disable")
+    details = artifact.details["quantization"]
+    assert details["overflow_fix"] == "disable"
+    assert details["overflow_fix_reason"] == ("overflow_fix = disable set in the profile (8-bit weights); no VNNI on "
+                                              "edge: u8 x s8 pairs can saturate int16 there")
+    assert max(_widest_int8_weight(artifact.path).values()) > 64
+    with pytest.raises(ProfileError, match='overflow_fix = "on": not allowed; one of: disable, enable, '
+                                           'first_layer_only'):
+        BACKENDS["openvino"].parse_options({"overflow_fix": "on"})
+
+
+def test_openvino_sensitivity_reads_layers_whose_output_the_model_returns(tmp_path) -> None:
+    import json
+
+    from edgeship.model import load_model
+    from edgeship.spec import load_spec
+
+    model = load_model(load_spec("tests.models.tinynet:build_layer_outputs", "1,16"))
+    shape = model.spec.inputs[0].shape[1:]
+    data = Dataset({model.spec.inputs[0].name: np.random.default_rng(3).random((16, *shape), dtype=np.float32)},
+                   None, "test")
+    artifact, _ = _lower(model, tmp_path / "v" / "model.openvino", precision="int8", calibration=data,
+                         quantization=QuantizationSettings(keep_float=1))
+    layers = json.loads((tmp_path / "v" / "sensitivity.json").read_text())["layers"]
+    assert sorted(row["op"] for row in layers) == ["MatMul", "MatMul"]
+    assert all(row["sqnr_db"] is None or row["sqnr_db"] > 10 for row in layers)
+    assert artifact.details["quantization"]["kept_float"] == [layers[0]["layer"]]
+

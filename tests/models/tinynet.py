@@ -95,3 +95,22 @@ class KeepsBest(nn.Module):
 
 def build_keeps_best() -> KeepsBest:
     return KeepsBest()
+
+
+class LayerOutputs(nn.Module):
+    """Bias-free linear layers whose results the model returns: a weighted layer's output port is
+    already a model output (OpenVINO's add_outputs then adds none for it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Linear(16, 16, bias=False)
+        self.second = nn.Linear(16, 4, bias=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.first(x)
+        return self.second(torch.relu(y)), y
+
+
+def build_layer_outputs() -> LayerOutputs:
+    torch.manual_seed(0)
+    return LayerOutputs()

@@ -1,4 +1,5 @@
-"""reduce_range chosen by the CPUs an ONNX artifact will run on: the chooser, the lowering, the stage key."""
+"""Settings chosen by the CPUs an int8 artifact will run on (ONNX Runtime's reduce_range, NNCF's
+overflow_fix for OpenVINO): the choosers, the lowering, the stage key."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,7 +9,14 @@ import onnx
 import pytest
 
 from edgeship.devices.cpu import parse_cpuinfo
-from edgeship.quantize.cpu_choice import choose_reduce_range, cpu_verdict, depends_on_cpu, onnx_reduce_range
+from edgeship.quantize.cpu_choice import (
+    choose_overflow_fix,
+    choose_reduce_range,
+    cpu_verdict,
+    depends_on_cpu,
+    onnx_reduce_range,
+    openvino_overflow_fix,
+)
 from tests.devices.test_cpu import EPYC_NO_VNNI, GRAVITON3, RPI4_AARCH64, XEON_VNNI_AMX
 
 EPYC = parse_cpuinfo(EPYC_NO_VNNI)
@@ -21,14 +29,14 @@ def test_choose_reduce_range_keeps_7_bit_weights_on_a_cpu_without_vnni() -> None
     chosen, note = choose_reduce_range(None, "uint8", [("host", EPYC)])
     assert chosen is True
     assert note == ("7-bit weights (reduce_range): host's CPU has no VNNI (AMD EPYC 7B13: AVX2 without VNNI: "
-                    "U8S8 pairs can saturate int16)")
+                    "u8 x s8 pairs can saturate int16)")
 
 
 def test_choose_reduce_range_takes_8_bit_weights_where_every_cpu_has_vnni() -> None:
     chosen, note = choose_reduce_range(None, "uint8", [("host", XEON)])
     assert chosen is False
-    assert note == ("8-bit weights: every target CPU has VNNI, where U8S8 does not saturate (host: Intel(R) Xeon(R) "
-                    "Platinum 8480+ with VNNI (avx512_vnni, avx_vnni))")
+    assert note == ("8-bit weights: every target CPU has VNNI, where u8 x s8 pairs do not saturate (host: Intel(R) "
+                    "Xeon(R) Platinum 8480+ with VNNI (avx512_vnni, avx_vnni, amx_int8))")
 
 
 def test_choose_reduce_range_takes_8_bit_weights_on_arm() -> None:
@@ -74,6 +82,76 @@ def test_choose_reduce_range_unknown_cpu_is_7_bits_to_be_safe() -> None:
 ])
 def test_cpu_verdict_without_usable_flags(facts, verdict) -> None:
     assert cpu_verdict(facts)[0] is verdict
+
+
+# The CPU an emulated x86-avx2-emulated device reports (cpu.py reading CPUID under qemu-x86_64 -cpu Haswell).
+HASWELL_CPUID = {"model": "Intel Core Processor (Haswell)", "arch": "x86_64", "source": "cpuid",
+                 "flags": ["aes", "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "pclmulqdq", "popcnt",
+                           "sse4_2"]}
+AVX512_NO_VNNI = {"model": "Intel(R) Xeon(R) Gold 6148 (Skylake-SP)", "arch": "x86_64", "source": "/proc/cpuinfo",
+                  "flags": ["avx", "avx2", "avx512bw", "avx512f", "avx512vl", "fma"]}
+ZEN4 = {"model": "AMD EPYC 9B14", "arch": "x86_64", "source": "/proc/cpuinfo",
+        "flags": ["avx", "avx2", "avx512_bf16", "avx512_vnni", "avx512bw", "avx512f", "avx512vl", "fma"]}
+ALDER_LAKE = {"model": "12th Gen Intel(R) Core(TM) i7-1265U", "arch": "x86_64", "source": "/proc/cpuinfo",
+              "flags": ["avx", "avx2", "avx_vnni", "fma"]}
+
+
+@pytest.mark.parametrize(("facts", "chosen", "why"), [
+    (EPYC, "enable", "host's CPU has no VNNI (AMD EPYC 7B13: AVX2 without VNNI: u8 x s8 pairs can saturate int16)"),
+    (HASWELL_CPUID, "enable", "host's CPU has no VNNI (Intel Core Processor (Haswell): AVX2 without VNNI"),
+    (AVX512_NO_VNNI, "enable", "(Skylake-SP): AVX-512 without VNNI"),
+    (ZEN4, "first_layer_only", "every target CPU has VNNI, where u8 x s8 pairs do not saturate (host: AMD EPYC 9B14 "
+                               "with VNNI (avx512_vnni))"),
+    (ALDER_LAKE, "first_layer_only", "with VNNI (avx_vnni)"),
+    (XEON, "first_layer_only", "with VNNI (avx512_vnni, avx_vnni, amx_int8)"),
+    (PI4, "first_layer_only", "every target CPU is ARM"),
+    ({"model": None, "arch": None, "flags": [], "source": "unknown", "error": "probe failed: timeout"}, "enable",
+     "CPU of device host unknown (probe failed: timeout), so 7 bits to be safe"),
+])
+def test_choose_overflow_fix_by_cpu_kind(facts, chosen, why) -> None:
+    value, note = choose_overflow_fix(None, [("host", facts)])
+    assert value == chosen and why in note
+    assert note.startswith("overflow_fix enable (NNCF: 7-bit weights in every layer): " if chosen == "enable" else
+                           "overflow_fix first_layer_only (NNCF's default: 8-bit weights after the first layer): ")
+
+
+def test_choose_overflow_fix_without_any_known_cpu_is_enable() -> None:
+    assert choose_overflow_fix(None, [])[0] == "enable"
+    assert choose_overflow_fix(None, [("host", XEON), ("edge", EPYC)])[0] == "enable"
+
+
+@pytest.mark.parametrize("explicit", ["enable", "first_layer_only", "disable"])
+def test_choose_overflow_fix_profile_setting_always_wins(explicit) -> None:
+    value, note = choose_overflow_fix(explicit, [("edge", EPYC)])
+    assert value == explicit and note.startswith(f"overflow_fix = {explicit} set in the profile")
+    assert ("no VNNI on edge" in note) == (explicit != "enable")
+    assert "no VNNI" not in choose_overflow_fix(explicit, [("server", XEON)])[1]
+
+
+def test_openvino_int8_depends_on_the_cpu_unless_overflow_fix_is_set() -> None:
+    from edgeship.profile import Variant
+
+    def variant(precision: str = "int8", **options) -> Variant:
+        return Variant(name="o", backend="openvino", precision=precision, options=options)
+
+    assert depends_on_cpu(variant()) and openvino_overflow_fix(variant(), [("edge", EPYC)])[0] == "enable"
+    assert openvino_overflow_fix(variant(), [("server", XEON)])[0] == "first_layer_only"
+    assert not depends_on_cpu(variant(overflow_fix="enable")) and openvino_overflow_fix(variant(overflow_fix="enable"),
+                                                                                       [("edge", EPYC)]) is None
+    assert not depends_on_cpu(variant("fp32")) and openvino_overflow_fix(variant("fp16"), None) is None
+
+
+def test_stage_key_of_an_openvino_int8_artifact_holds_the_overflow_choice(tmp_path, tiny_project) -> None:
+    from edgeship.pipeline.plan import BuildRequest, make_plan
+    from edgeship.pipeline.stagecache import StageKeys
+    from tests.conftest import write_profile
+
+    profile = write_profile(tmp_path, '[[variants]]\nname = "q"\nbackend = "openvino"\nprecision = "int8"\n')
+    plan = make_plan(BuildRequest(target=str(profile), model=str(tiny_project / "model.toml")))
+    (q,) = plan.profile.variants
+    vnni, no_vnni = StageKeys(plan, [("host", XEON)]).artifact(q), StageKeys(plan, [("host", EPYC)]).artifact(q)
+    assert vnni["overflow_fix"]["value"] == "first_layer_only" and no_vnni["overflow_fix"]["value"] == "enable"
+    assert vnni != no_vnni
 
 
 def _variant(**options):
