@@ -143,7 +143,16 @@ class Latency(ResultModel):
     cpu: CpuFacts | None = Field(
         None, description="The CPU this row ran on (model, architecture, ISA flags); None when the device did not "
                           "say (an adb device's native benchmark program, a row from an older build).")
+    emulated: str | None = Field(
+        None, description="The emulator the device ran under (qemu-user and its CPU model): outputs and accuracy "
+                          "are that CPU's kernels', the times are the emulator's, never the CPU's, so no speed-up, "
+                          "selection, gate or comparison uses them; None on a real device.")
     notes: list[str] = Field(default_factory=list)
+
+    @property
+    def timed(self) -> bool:
+        """Whether this row's times are the device's own (measured, not emulated)."""
+        return self.p50_ms is not None and self.emulated is None
 
 
 class Lowering(ResultModel):
@@ -178,6 +187,18 @@ class VariantResult(ResultModel):
     error: str | None = Field(None, description="Why the variant has no artifact, when it failed.")
     notes: list[str] = Field(default_factory=list)
     selected: bool = Field(False, description="True for the one variant the profile's [selection] picked.")
+
+    def p50_on(self, device: str | None) -> float | None:
+        """The p50 measured on ``device`` (its first row), None when there is none or it is emulated."""
+        lat = next((lat for lat in self.latency if lat.device == device), None)
+        return lat.p50_ms if lat is not None and lat.timed else None
+
+    def untimed_why(self, device: str | None) -> str:
+        """Why :meth:`p50_on` gives nothing for ``device``."""
+        lat = next((lat for lat in self.latency if lat.device == device), None)
+        if lat is not None and lat.emulated is not None:
+            return f"{device} is emulated ({lat.emulated}): its times are not the CPU's"
+        return f"no p50 measured on {device or 'any device'}"
 
 
 class SelectionCandidate(ResultModel):

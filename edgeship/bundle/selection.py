@@ -78,12 +78,12 @@ def _takes(sel: Selection, row: VariantResult, variant: Variant, named: list[str
 def _fastest(pool: list[tuple[VariantResult, Variant]], device: str | None,
              sel: Selection) -> list[tuple[VariantResult, Variant]]:
     """The one variant with the lowest p50 on ``device`` (default: the first device measured)."""
-    measured = [lat.device for row, _ in pool for lat in row.latency if lat.p50_ms is not None]
+    measured = [lat.device for row, _ in pool for lat in row.latency if lat.timed]
     device = device or (measured[0] if measured else None)
-    timed = [(_p50(row, device), row, v) for row, v in pool]
+    timed = [(row.p50_on(device), row, v) for row, v in pool]
     for p50, row, _ in timed:
         if p50 is None:
-            sel.leave_out(row.name, f"no p50 measured on {device or 'any device'}")
+            sel.leave_out(row.name, row.untimed_why(device))
     timed = [t for t in timed if t[0] is not None]
     if not timed:
         return []
@@ -94,6 +94,3 @@ def _fastest(pool: list[tuple[VariantResult, Variant]], device: str | None,
             sel.leave_out(row.name, f"slower on {device}: p50 {p50:.3f} ms against {best[0]:.3f} ms")
     return [(best[1], best[2])]
 
-
-def _p50(row: VariantResult, device: str | None) -> float | None:
-    return next((lat.p50_ms for lat in row.latency if lat.device == device), None)

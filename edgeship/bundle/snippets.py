@@ -84,7 +84,7 @@ def _summary(row: Any, path: str) -> dict[str, str]:
     top1 = f"{100 * acc.top1:.2f}%" if acc and acc.top1 is not None else "not measured"
     sqnr = f"{acc.sqnr_db:.1f}" if acc and acc.sqnr_db is not None else (
         "exact" if acc and acc.max_abs_err == 0.0 else "not measured")
-    p50 = ", ".join(f"{lat.device} {lat.p50_ms:.3f}" for lat in row.latency if lat.p50_ms is not None)
+    p50 = ", ".join(f"{lat.device} {lat.p50_ms:.3f}" for lat in row.latency if lat.timed)
     gates = "pass" if row.gates.passed else "FAIL: " + "; ".join(row.gates.failures)
     return {"name": row.name, "backend": row.backend, "precision": row.precision, "path": path,
             "top1": top1, "sqnr": sqnr, "p50": p50 or "not measured", "gates": gates}

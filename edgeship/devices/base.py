@@ -65,12 +65,15 @@ class JobResult:
     @classmethod
     def read_from(cls, folder: Path, exit_code: int, output: str) -> JobResult:
         """The result.json and outputs.npz a runner wrote into ``folder``. Raises MeasurementError
-        when it wrote no result (the last lines of ``output``, what it printed, say why) or its
+        when it wrote no result (the last lines of ``output``, what it printed, say why) or the
+        artifact is not made for the device's CPU (not run there, by design), RunnerError when its
         result reports a failure."""
         if not (folder / "result.json").exists():
             tail = output.strip().splitlines()[-3:]
             raise MeasurementError(f"runner exited {exit_code} without a result: {' | '.join(tail)}")
         doc = json.loads((folder / "result.json").read_text())
+        if not doc.get("ok") and doc.get("not_for_this_cpu"):
+            raise MeasurementError(doc.get("error", "not for this CPU"))
         if not doc.get("ok"):
             raise RunnerError(doc.get("error", "runner failed"))
         outputs: list[np.ndarray | list[np.ndarray]] = []
@@ -119,6 +122,9 @@ class Device(ABC):
     retries = 0
     backoff_s = 1.0
     lock_timeout_s = 3600.0
+    # Part of the machine edgeship runs on (its CPU, its browser, an emulator on it): on a cluster,
+    # every build node has its own, measured there, never advertised as a shared lab device.
+    local_to_node = False
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -148,6 +154,17 @@ class Device(ABC):
         if job.runtime == WEB_RUNTIME and self.transport != "browser":
             return BROWSER_ONLY
         return host_unavailable if self.transport == "local" else None
+
+    @property
+    def emulation(self) -> str | None:
+        """How the device's CPU is emulated (its latency rows say so and are never used as a speed),
+        or None for a real device."""
+        return None
+
+    def own_cpu(self) -> dict[str, Any] | None:
+        """The device's CPU facts when it knows them without a probe (this machine's, an emulator's
+        CPU model), else None: the build probes it (devices/targets.py)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 (a hook: most transports keep nothing open)
         """Release what the device keeps open between jobs (a shared connection); default: nothing."""

@@ -170,6 +170,7 @@ class BrowserDevice(Device):
     """Chromium on this machine; one fresh browser and page per job."""
 
     transport = "browser"
+    local_to_node = True
 
     def __init__(self, name: str, config: Any) -> None:
         super().__init__(name)

@@ -8,8 +8,9 @@
 
 Every entry is checked before a build starts: unknown keys, a bad transport, a missing identity
 or known_hosts file are one DeviceError (exit 2) naming the file, the key and what is allowed.
-``host`` (this machine) and ``browser`` (this machine's Chromium, for onnxruntime-web) are always
-defined; a file may redefine them.
+``host`` (this machine), ``browser`` (this machine's Chromium, for onnxruntime-web) and
+``x86-avx2-emulated`` (an AVX2 CPU without VNNI, emulated by qemu-user) are always defined; a file
+may redefine them.
 """
 from __future__ import annotations
 
@@ -148,15 +149,46 @@ class BrowserConfig(StrictModel):
         return BrowserDevice(name, self)
 
 
+class QemuConfig(StrictModel):
+    """A CPU this machine lacks, emulated by qemu-user: real outputs of that CPU's kernels, the
+    emulator's time (latency rows say "emulated" and never count as a speed)."""
+
+    transport: Literal["qemu"] = Field(description="qemu: the runner under qemu-user on this machine.")
+    arch: Literal["x86_64"] = Field(
+        "x86_64", description="The emulated architecture: x86_64 (this machine's Python and runtimes, on the CPU "
+                              "model `cpu`).")
+    cpu: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._,+=-]*$",
+                     description="qemu's CPU model (-cpu): Haswell (AVX2 without VNNI or AVX-512), Nehalem "
+                                 "(SSE4.2), ...; `qemu-x86_64 -cpu help` lists them.")
+    qemu: str | None = Field(None, min_length=1, description="The emulator to run; unset: qemu-<arch> (Debian's "
+                                                             "qemu-user package).")
+    python: str | None = Field(
+        None, description="Python that runs the runner (an x86_64 one); unset: the one running edgeship.")
+    warmup: int = Field(1, ge=0, description="Untimed runs before the timed ones (at most the profile's).")
+    iterations: int = Field(3, ge=1, description="Timed runs (at most the profile's): emulated time shows only "
+                                                 "what the run took, so a few are enough.")
+    timeout_factor: float = Field(
+        20.0, ge=1, description="The profile's latency.timeout_s is multiplied by this: emulation runs "
+                                "10-50x slower than the CPU.")
+
+    def device(self, name: str) -> Device:
+        from edgeship.devices.qemu import QemuDevice
+
+        return QemuDevice(name, self)
+
+
 CONFIGS: dict[str, type[StrictModel]] = {"local": LocalConfig, "ssh": SshConfig, "adb": AdbConfig,
-                                         "browser": BrowserConfig}
-# Devices every build knows, devices file or not (a file may redefine them).
+                                         "browser": BrowserConfig, "qemu": QemuConfig}
+# Devices every build knows, devices file or not (a file may redefine them). x86-avx2-emulated: an
+# x86-64 CPU with AVX2 and no VNNI or AVX-512 (most AMD Zen 1-3 machines, Intel client CPUs before
+# Ice Lake), for the int8 kernels of CPUs a newer build machine does not have.
 BUILT_IN: dict[str, StrictModel] = {"host": LocalConfig(transport="local"),
-                                     "browser": BrowserConfig(transport="browser")}
+                                     "browser": BrowserConfig(transport="browser"),
+                                     "x86-avx2-emulated": QemuConfig(transport="qemu", cpu="Haswell")}
 
 
 class DeviceSet:
-    """The devices a file defines, by name; ``host`` and ``browser`` are always there."""
+    """The devices a file defines, by name; the BUILT_IN ones are always there."""
 
     def __init__(self, source: str, configs: dict[str, Any]) -> None:
         self.source = source

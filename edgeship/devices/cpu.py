@@ -19,10 +19,15 @@ Where the facts come from:
   ``machdep.cpu.leaf7_features`` lists. Best effort: written from Apple's documented sysctl names,
   not checked on a Mac here.
 - Anything else (Windows, BSD): the model from ``platform.processor()`` where it says one, no flags.
+- With ``EDGESHIP_CPU_FACTS=cpuid`` in the environment (x86-64 Linux): the CPUID instruction itself,
+  run through ctypes, with the OS's XCR0 for the AVX/AVX-512/AMX register state. An emulator sets
+  it: under qemu-user, /proc/cpuinfo is the host's file while CPUID answers as the emulated CPU,
+  as it does to every runtime's own kernel dispatch.
 """
 import json
 import os
 import platform
+import struct
 import subprocess
 import sys
 
@@ -49,6 +54,24 @@ ARM_PARTS = {
     ("0x41", "0xd47"): "Cortex-A710", ("0x41", "0xd48"): "Cortex-X2", ("0x41", "0xd49"): "Neoverse-N2",
     ("0x41", "0xd4b"): "Cortex-A78C", ("0x41", "0xd4f"): "Neoverse-V2", ("0x4e", "0x004"): "NVIDIA Carmel",
 }
+# (leaf, subleaf, register 0-3 = eax ebx ecx edx, bit) -> Linux's flag name, for X86_FLAGS (and
+# osxsave, which says XGETBV may be run); from Intel's SDM vol. 2A, CPUID, and Linux's cpufeatures.h.
+CPUID_BITS = {
+    (1, 0, 2, 1): "pclmulqdq", (1, 0, 2, 12): "fma", (1, 0, 2, 20): "sse4_2",
+    (1, 0, 2, 22): "movbe", (1, 0, 2, 23): "popcnt", (1, 0, 2, 25): "aes", (1, 0, 2, 27): "osxsave",
+    (1, 0, 2, 28): "avx", (1, 0, 2, 29): "f16c",
+    (7, 0, 1, 3): "bmi1", (7, 0, 1, 5): "avx2", (7, 0, 1, 8): "bmi2", (7, 0, 1, 16): "avx512f",
+    (7, 0, 1, 17): "avx512dq", (7, 0, 1, 19): "adx", (7, 0, 1, 21): "avx512ifma", (7, 0, 1, 28): "avx512cd",
+    (7, 0, 1, 29): "sha_ni", (7, 0, 1, 30): "avx512bw", (7, 0, 1, 31): "avx512vl",
+    (7, 0, 2, 1): "avx512vbmi", (7, 0, 2, 6): "avx512_vbmi2", (7, 0, 2, 8): "gfni", (7, 0, 2, 9): "vaes",
+    (7, 0, 2, 10): "vpclmulqdq", (7, 0, 2, 11): "avx512_vnni", (7, 0, 2, 12): "avx512_bitalg",
+    (7, 0, 2, 14): "avx512_vpopcntdq",
+    (7, 0, 3, 22): "amx_bf16", (7, 0, 3, 23): "avx512_fp16", (7, 0, 3, 24): "amx_tile", (7, 0, 3, 25): "amx_int8",
+    (7, 1, 0, 4): "avx_vnni", (7, 1, 0, 5): "avx512_bf16", (7, 1, 0, 21): "amx_fp16",
+}
+# XCR0 bits the OS must have set for a group's registers: SSE|AVX (1, 2), + opmask/ZMM (5-7), + tiles (17, 18).
+XCR0_NEEDS = {"avx": 0x6, "avx512": 0xE6, "amx": 0x60006}
+SOURCE_ENV = "EDGESHIP_CPU_FACTS"  # "cpuid": read the CPU with the CPUID instruction (set by emulators)
 X86_MACHINES = ("x86_64", "amd64", "i386", "i486", "i586", "i686", "x86")
 # macOS x86_64: machdep.cpu.features / leaf7_features names -> Linux's.
 MAC_X86_FEATURES = {"SSE4.2": "sse4_2", "AVX1.0": "avx", "AVX2": "avx2", "FMA": "fma", "F16C": "f16c",
@@ -62,6 +85,8 @@ MAC_ARM_FEATURES = {"hw.optional.arm.FEAT_DotProd": "dotprod", "hw.optional.arm.
 def cpu_facts():
     """This machine's CPU: {"model", "arch", "flags" (sorted), "source"}; never raises."""
     machine = platform.machine() or None
+    if os.environ.get(SOURCE_ENV) == "cpuid":
+        return cpuid_facts(machine)
     try:
         if sys.platform.startswith("linux") and os.path.exists(CPUINFO):
             with open(CPUINFO) as f:
@@ -74,6 +99,94 @@ def cpu_facts():
     except Exception:  # an unreadable file, a sysctl that hangs: the facts are then unknown, not a failure
         pass
     return {"model": platform.processor() or None, "arch": machine, "flags": [], "source": "unknown"}
+
+
+def cpuid_facts(machine):
+    """The facts as the CPUID instruction reports them (x86-64 only; elsewhere, or when it cannot
+    be run, unknown facts with the reason in ``error``)."""
+    if machine not in ("x86_64", "AMD64", "amd64"):
+        return {"model": None, "arch": machine, "flags": [], "source": "unknown",
+                "error": "CPUID asked for on a %s CPU: it is an x86-64 instruction" % machine}
+    try:
+        regs = _CpuidReader()
+        return parse_cpuid(regs.cpuid, regs.xcr0(), machine)
+    except Exception as e:  # no executable memory (a hardened kernel), no ctypes
+        return {"model": None, "arch": machine, "flags": [], "source": "unknown",
+                "error": "CPUID could not be run: %s: %s" % (type(e).__name__, e)}
+
+
+def parse_cpuid(cpuid, xcr0, machine="x86_64"):
+    """The facts from ``cpuid(leaf, subleaf) -> (eax, ebx, ecx, edx)`` and the XCR0 register (the
+    state the OS saves: a feature whose registers it does not save is not usable, as Linux's flags
+    leave it out). Flag names are Linux's (X86_FLAGS)."""
+    top = cpuid(0, 0)[0]
+    regs = {(1, 0): cpuid(1, 0)}
+    if top >= 7:
+        regs[(7, 0)] = cpuid(7, 0)
+        if regs[(7, 0)][0] >= 1:
+            regs[(7, 1)] = cpuid(7, 1)
+    flags = set()
+    for (leaf, sub, reg, bit), name in CPUID_BITS.items():
+        value = regs.get((leaf, sub))
+        if value is not None and value[reg] >> bit & 1:
+            flags.add(name)
+    state = xcr0 if "osxsave" in flags else 0
+    for name in list(flags):
+        needed = XCR0_NEEDS.get(_state_group(name), 0)
+        if state & needed != needed:
+            flags.discard(name)
+    flags.discard("osxsave")
+    model = None
+    if cpuid(0x80000000, 0)[0] >= 0x80000004:
+        raw = b"".join(struct.pack("<4I", *cpuid(leaf, 0)) for leaf in (0x80000002, 0x80000003, 0x80000004))
+        model = " ".join(raw.split(b"\0")[0].decode("ascii", "replace").split()) or None
+    return {"model": model, "arch": machine, "flags": sorted(flags), "source": "cpuid"}
+
+
+def _state_group(flag):
+    """Which register state a flag's instructions need the OS to save: avx, avx512, amx or none."""
+    if flag.startswith("amx"):
+        return "amx"
+    if flag.startswith("avx512"):
+        return "avx512"
+    if flag in ("avx", "avx2", "fma", "f16c", "avx_vnni", "vaes", "vpclmulqdq"):
+        return "avx"
+    return None
+
+
+class _CpuidReader:
+    """CPUID and XGETBV run from a few bytes of machine code in executable memory (System V x86-64
+    calling convention), as py-cpuinfo does; written here because the device side imports only the
+    standard library."""
+
+    # push rbx; mov eax, edi; mov ecx, esi; mov r8, rdx; cpuid; mov [r8], eax; mov [r8+4], ebx;
+    # mov [r8+8], ecx; mov [r8+12], edx; pop rbx; ret
+    CPUID = bytes(bytearray([0x53, 0x89, 0xF8, 0x89, 0xF1, 0x49, 0x89, 0xD0, 0x0F, 0xA2, 0x41, 0x89, 0x00,
+                             0x41, 0x89, 0x58, 0x04, 0x41, 0x89, 0x48, 0x08, 0x41, 0x89, 0x50, 0x0C, 0x5B, 0xC3]))
+    # mov ecx, edi; xgetbv; shl rdx, 32; or rax, rdx; ret
+    XGETBV = bytes(bytearray([0x89, 0xF9, 0x0F, 0x01, 0xD0, 0x48, 0xC1, 0xE2, 0x20, 0x48, 0x09, 0xD0, 0xC3]))
+
+    def __init__(self):
+        import ctypes
+        import mmap
+
+        self._ctypes = ctypes
+        self._memory = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        self._memory.write(self.CPUID + self.XGETBV)
+        address = ctypes.addressof(ctypes.c_char.from_buffer(self._memory))
+        self._cpuid = ctypes.CFUNCTYPE(None, ctypes.c_uint32, ctypes.c_uint32,
+                                       ctypes.POINTER(ctypes.c_uint32 * 4))(address)
+        self._xgetbv = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_uint32)(address + len(self.CPUID))
+
+    def cpuid(self, leaf, subleaf):
+        out = (self._ctypes.c_uint32 * 4)()
+        self._cpuid(leaf, subleaf, self._ctypes.byref(out))
+        return tuple(out)
+
+    def xcr0(self):
+        if not self.cpuid(1, 0)[2] >> 27 & 1:  # OSXSAVE: XGETBV would fault without it
+            return 0
+        return self._xgetbv(0)
 
 
 def parse_cpuinfo(text):

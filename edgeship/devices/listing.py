@@ -25,6 +25,8 @@ def list_text(devices: DeviceSet) -> str:
         runs = "the runner (numpy + each runtime's Python package)"
         if config.transport == "adb":
             runs = ", ".join(f"{r}: {p}" for r, p in config.programs.items()) or "no benchmark programs set"
+        elif device.emulation is not None:
+            runs = "the runner, emulated (this machine's runtimes; outputs count, times are the emulator's)"
         lines.append(f"  {name:<12} {config.transport:<6} {device.address:<28} {runs}")
     return "\n".join(lines)
 

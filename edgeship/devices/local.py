@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from edgeship.devices.base import (
     EAGER_MODULE,
@@ -18,12 +19,14 @@ from edgeship.devices.base import (
     MeasurementError,
     probe_report,
 )
+from edgeship.devices.cpu import cpu_facts
 
 
 class LocalDevice(Device):
     """Runs each job in its own fresh interpreter, so one artifact's runtime never warms another's."""
 
     transport = "local"
+    local_to_node = True
 
     def __init__(self, name: str = "host", python: str | None = None) -> None:
         super().__init__(name)
@@ -43,10 +46,21 @@ class LocalDevice(Device):
         (workdir / "job.json").write_text(json.dumps(job.document(artifact, str(job.inputs.resolve()))))
         try:
             proc = subprocess.run(self.command(job, workdir / "job.json"), capture_output=True, text=True,
-                                  timeout=job.timeout_s)
+                                  timeout=job.timeout_s, env=self.environment())
         except subprocess.TimeoutExpired:
             raise MeasurementError(f"runner did not finish within {job.timeout_s:.0f} s") from None
-        return JobResult.read_from(workdir, proc.returncode, proc.stderr or proc.stdout)
+        return JobResult.read_from(workdir, proc.returncode, self.runner_output(proc.stderr) or proc.stdout)
+
+    def environment(self) -> dict[str, str] | None:
+        """The runner's environment (None: this process's)."""
+        return None
+
+    def runner_output(self, text: str) -> str:
+        """What the runner printed, as a failure's message quotes it."""
+        return text
+
+    def own_cpu(self) -> dict[str, Any] | None:
+        return cpu_facts()
 
     def command(self, job: Job, job_file: Path) -> list[str]:
         """runner.py for ``job``; the eager model's runner as a module, since it imports edgeship."""

@@ -50,6 +50,11 @@ sha256_path = sibling("hashing").sha256_path
 RUNNERS = {}  # runtime id -> Runner subclass, filled as each subclass is defined
 
 
+class NotForThisCpu(RuntimeError):
+    """The artifact is made for CPUs this one is not (a bf16 IR on a CPU without bf16 instructions):
+    not run here, by design, rather than failed (its lowering names such devices)."""
+
+
 class Runner:
     """How one runtime runs an artifact: ``load()`` it, ``infer()`` a batch, ``close()``.
 
@@ -366,9 +371,9 @@ class OpenVinoRunner(Runner):
         want = self.options.get("inference_precision") or _ov_rt_precision(model)
         facts = cpu_facts()
         if want == "bf16" and facts and facts.get("flags") and not any(f in facts["flags"] for f in BF16_FLAGS):
-            raise RuntimeError("this IR is validated in bf16 and this CPU (%s) has no bf16 instructions (%s): "
-                               "OpenVINO would compute it in f32; build openvino fp32 or int8 for this device"
-                               % (facts.get("model") or "model unknown", " or ".join(BF16_FLAGS)))
+            raise NotForThisCpu("this IR is validated in bf16 and this CPU (%s) has no bf16 instructions (%s): "
+                                "OpenVINO would compute it in f32; build openvino fp32 or int8 for this device"
+                                % (facts.get("model") or "model unknown", " or ".join(BF16_FLAGS)))
         config = {"PERFORMANCE_HINT": self.options.get("performance_hint", "LATENCY")}
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = int(self.threads)
@@ -691,8 +696,8 @@ def run(job, base):
     runner, load_ms = start(cls, artifact, job.get("options", {}), job.get("threads"))
     try:
         iterations = int(job.get("iterations", 100))  # 0: outputs only (a dynamic model at its min or max size)
-        timings, other_load = time_inference(runner, data[0], int(job.get("warmup", 10)) if iterations else 0,
-                                             iterations)
+        warmup = int(job.get("warmup", 10)) if iterations else 0
+        timings, other_load = time_inference(runner, data[0], warmup, iterations)
         outputs = [runner.infer(b) for b in data]
         threads = job.get("threads") or runner.threads_in_use()
     finally:
@@ -701,7 +706,8 @@ def run(job, base):
     np.savez(resolve(job.get("outputs", "outputs.npz")), **encode_outputs(merged))
     return {
         "ok": True, "runtime": job["runtime"], "runtime_version": runner.version, "threads": threads,
-        "load_ms": load_ms, "timings_ms": timings, "other_cpu_load": other_load, "peak_rss_mb": peak_rss_mb(),
+        "warmup": warmup, "iterations": iterations, "load_ms": load_ms, "timings_ms": timings,
+        "other_cpu_load": other_load, "peak_rss_mb": peak_rss_mb(),
         "samples": n, "outputs": job.get("outputs", "outputs.npz"), "notes": runner.notes,
         "host": {"platform": platform.platform(), "machine": platform.machine(),
                  "python": platform.python_version(), "cpus": os.cpu_count()},
@@ -747,7 +753,9 @@ def main(argv=None):
         result["cpu"] = cpu_facts()
         code = 0
     except Exception as e:  # the host reads the failure from the result, with the traceback
-        result = {"ok": False, "error": "%s: %s" % (type(e).__name__, e), "traceback": traceback.format_exc()}
+        mine = isinstance(e, NotForThisCpu)  # by design, not a failure: its message says it all
+        result = {"ok": False, "error": str(e) if mine else "%s: %s" % (type(e).__name__, e),
+                  "traceback": traceback.format_exc(), "not_for_this_cpu": mine}
         code = 1
     tmp = result_path + ".tmp"
     with open(tmp, "w") as f:

@@ -15,7 +15,6 @@ from typing import Any
 
 from edgeship.cache import Cache
 from edgeship.devices.base import Device, Job
-from edgeship.devices.cpu import cpu_facts
 
 NAMESPACE = "devices"
 FACTS_FILE = "cpu.json"
@@ -37,10 +36,11 @@ def runs(device: Device, runtime: str) -> bool:
 
 
 def device_cpu(device: Device, cache: Cache) -> dict[str, Any]:
-    """The CPU of ``device``: this machine's for a local one, else its cached probe (probed on a miss;
-    cached only when the probe read the CPU)."""
-    if device.transport == "local":
-        return cpu_facts()
+    """The CPU of ``device``: what it knows of itself (this machine's, an emulated CPU's), else its
+    cached probe (probed on a miss; cached only when the probe read the CPU)."""
+    own = device.own_cpu()
+    if own is not None:
+        return own
     key = {"kind": "device-cpu", "device": device.name, "transport": device.transport, "address": device.address}
     entry = cache.get(NAMESPACE, key, redo="probing the device again")
     if entry is not None:

@@ -33,9 +33,10 @@ def node_command(devices_file: str | Path, address: str, names: list[str], num_c
     but the built-in ones when none are named); DeviceError for an unknown name."""
     devices = load_devices(devices_file)
     chosen = [d.name for d in devices.select(names)] if names else [
-        n for n in devices.names if n not in ("host", "browser")]
+        n for n in devices.names if not devices.device(n).local_to_node]
     if not chosen:
-        raise DeviceError(f"{devices_file}: no device to attach (the built-in host and browser are every node's own)")
+        raise DeviceError(f"{devices_file}: no device to attach (this machine's own devices, such as the built-in "
+                          "host, browser and x86-avx2-emulated, are every node's own)")
     resources = json.dumps({resource_of(name): 1 for name in chosen})
     command = [ray_command(), "start", f"--address={address}", f"--resources={resources}"]
     return command + ([f"--num-cpus={num_cpus}"] if num_cpus is not None else [])

@@ -185,7 +185,7 @@ def ray_build(cell: Cell, matrix: Matrix, db: str, board: Any = None) -> tuple[C
     tell(f"building on {node}")
 
     def wrap(device: Any) -> Any:
-        if device.transport in ("local", "browser"):  # this node's own CPU or browser
+        if device.local_to_node:  # this node's own CPU, browser or emulator
             return device
         return RayDevice(device, matrix.devices_file, matrix.retries,
                          on_start=lambda name: tell(f"measuring on {name}"))

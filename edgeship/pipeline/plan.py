@@ -83,7 +83,7 @@ def make_plan(request: BuildRequest) -> Plan:
 
 def resolve_devices(request: BuildRequest, defaults: list[str] | None = None) -> list[Device]:
     """The devices to measure on: --device names, else the profile's ``devices``, else 'host'.
-    Without a devices file only the built-in devices are known ('host', 'browser'); a profile whose
+    Without a devices file only the built-in devices are known (devices/config.BUILT_IN); a profile whose
     devices are not all built in then measures on 'host' (its devices need --devices)."""
     from edgeship.devices.config import BUILT_IN, DeviceSet, load_devices
 
@@ -92,6 +92,6 @@ def resolve_devices(request: BuildRequest, defaults: list[str] | None = None) ->
     unknown = [n for n in request.device_names if n not in BUILT_IN]
     if unknown:
         raise DeviceError(f"--device {unknown[0]}: unknown device; without --devices FILE only "
-                          f"{' and '.join(repr(n) for n in BUILT_IN)} are known{did_you_mean(unknown[0], BUILT_IN)}")
+                          f"the built-in devices are known ({', '.join(BUILT_IN)}){did_you_mean(unknown[0], BUILT_IN)}")
     built_in = defaults if defaults and all(n in BUILT_IN for n in defaults) else ["host"]
     return DeviceSet("the built-in devices", {}).select(request.device_names or built_in)

@@ -156,13 +156,17 @@ def _locked_measure(task: Task, settings: LatencySettings, waiting: Callable[[di
             return measure(device, task.job, settings, task.workdir)
     except MeasurementError as e:  # the lock timed out: another build kept the device
         row = Latency(device=device.name, runtime=task.job.runtime, warmup=task.job.warmup,
-                      iterations=task.job.iterations, threads=task.job.threads, measured_at=now_utc())
+                      iterations=task.job.iterations, threads=task.job.threads, measured_at=now_utc(),
+                      emulated=device.emulation)
         row.notes.append(f"not measured: {e}")
         return Measurement(row, None)
 
 
 def summary(lat: Latency) -> str:
-    """One progress line's worth: p50 and cv, or mean only, or why it was not measured."""
+    """One progress line's worth: p50 and cv, or mean only, or why it was not measured; for an
+    emulated device, that its outputs came back (its time is the emulator's)."""
+    if lat.emulated is not None and (lat.p50_ms is not None or lat.size):
+        return f"outputs from the emulated CPU ({lat.emulated}); times are the emulator's, not the CPU's"
     if lat.p50_ms is not None:
         flag = " (unsteady)" if lat.cv_above_max else ""
         flag += f" (contended: {lat.other_cpu_load:.1f} CPUs busy with other work)" if lat.contended else ""

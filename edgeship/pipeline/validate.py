@@ -245,13 +245,14 @@ def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
     times, waiting ``device.backoff_s`` and then twice as long before each next try.
     """
     row = Latency(device=device.name, runtime=job.runtime, warmup=job.warmup, size=job.size,
-                  iterations=job.iterations, threads=job.threads, measured_at=now_utc())
+                  iterations=job.iterations, threads=job.threads, measured_at=now_utc(), emulated=device.emulation)
     result = _run_with_retries(device, job, workdir, row, sleep)
     if result is None:
         return Measurement(row, None)
     doc = result.document
     row.runtime = doc.get("runtime_version", job.runtime)
     row.threads = doc.get("threads", job.threads)
+    row.warmup, row.iterations = doc.get("warmup", row.warmup), doc.get("iterations", row.iterations)
     row.load_ms = doc.get("load_ms")
     row.peak_rss_mb = doc.get("peak_rss_mb")
     row.cpu = CpuFacts.from_document(doc.get("cpu"))
@@ -473,8 +474,8 @@ def check_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency],
         failures += _task_gates(gates, accuracy, task)
     if gates.max_p50_ms is not None:
         for row in latency:  # like the accuracy gates: unmeasured or non-finite never passes
-            if row.size and row.mean_ms is None:
-                continue  # outputs only at this size: latency is gated where it was timed
+            if (row.size and row.mean_ms is None) or row.emulated:
+                continue  # outputs only at this size, or an emulator's time: gated where the CPU was timed
             if row.p50_ms is None:
                 failures.append(f"p50 not measured on {row.device} (gate max {gates.max_p50_ms:g} ms)")
             elif not row.p50_ms <= gates.max_p50_ms:

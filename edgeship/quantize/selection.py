@@ -45,7 +45,7 @@ def min_agreement(settings: SelectionSettings) -> float:
 
 
 def _judge(settings: SelectionSettings, row: VariantResult, device: str | None) -> SelectionCandidate:
-    p50 = next((lat.p50_ms for lat in row.latency if lat.device == device), None)
+    p50 = row.p50_on(device)
     reason = _why_not(settings, row, p50, device)
     return SelectionCandidate(name=row.name, p50_ms=p50, eligible=reason is None, reason=reason)
 
@@ -56,7 +56,7 @@ def _why_not(settings: SelectionSettings, row: VariantResult, p50: float | None,
     if row.error:
         return "not built"
     if p50 is None:
-        return f"no p50 on {device}"
+        return row.untimed_why(device)
     if not row.gates.passed:
         return "failed its gates"
     if acc is None:

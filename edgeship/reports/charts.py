@@ -65,8 +65,9 @@ def _latency_axes(fig: Any, report: Report) -> None:
         for i, ln in enumerate(lines):
             y = i + (j - (len(devices) - 1) / 2) * height
             lat = ln.latency(device)
-            if lat is None or lat.p50_ms is None:
-                ax.text(0, y, " not measured", va="center", fontsize=7, color="#777777")
+            if lat is None or ln.p50(device) is None:
+                why = " emulated (not the CPU's time)" if lat is not None and lat.emulated else " not measured"
+                ax.text(0, y, why, va="center", fontsize=7, color="#777777")
                 continue
             whisker = max(lat.p90_ms - lat.p50_ms, 0.0) if lat.p90_ms is not None else 0.0
             bars.append((y, lat.p50_ms, whisker))

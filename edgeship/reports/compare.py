@@ -6,7 +6,8 @@ turned into the same rows by recording them into an in-memory store, so both are
 alike. A regression is a build whose p50 on a device is slower than the previous build's by more
 than a threshold, or whose top-1 on that device is lower by more than a tolerance. Only new
 measurements are compared: a row a later build reused (``build --resume``: same ``measured_at``
-and artifact) is the earlier measurement, not a new one.
+and artifact) is the earlier measurement, not a new one. Rows measured under an emulator
+(``emulated``) enter no latency comparison: their times are the emulator's.
 """
 from __future__ import annotations
 
@@ -46,8 +47,17 @@ class Change:
     regressions: list[str] = field(default_factory=list)
 
     @property
+    def p50_before(self) -> float | None:
+        """The earlier build's p50; None when not measured or emulated (an emulator's time is no speed)."""
+        return None if self.before.get("emulated") else self.before.get("p50_ms")
+
+    @property
+    def p50_after(self) -> float | None:
+        return None if self.after.get("emulated") else self.after.get("p50_ms")
+
+    @property
     def p50_change_pct(self) -> float | None:
-        a, b = self.after.get("p50_ms"), self.before.get("p50_ms")
+        a, b = self.p50_after, self.p50_before
         return 100 * (a / b - 1) if a is not None and b else None
 
     @property
@@ -101,7 +111,7 @@ def across_devices(rows: list[Row]) -> list[DeviceComparison]:
     """Artifacts measured on two or more devices, with the latest p50 per device."""
     by_sha: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
-        if r["artifact_sha256"] and r["device"] and r["p50_ms"] is not None:
+        if r["artifact_sha256"] and r["device"] and r["p50_ms"] is not None and not r.get("emulated"):
             by_sha[r["artifact_sha256"]].append(r)
     out = []
     for sha, group in by_sha.items():
@@ -148,7 +158,7 @@ def regressions(change: Change, threshold_pct: float, top1_tolerance: float) -> 
     if p50 is not None and p50 > threshold_pct:
         cv = [change.before.get("cv"), change.after.get("cv")]
         spread = f"; cv {cv[0]:.2f} -> {cv[1]:.2f}" if None not in cv else ""  # how steady each timing was
-        found.append(f"p50 {change.before['p50_ms']:.3f} -> {change.after['p50_ms']:.3f} ms "
+        found.append(f"p50 {change.p50_before:.3f} -> {change.p50_after:.3f} ms "
                      f"({p50:+.1f}%, threshold {threshold_pct:g}%{spread})")
     top1 = change.top1_change_pts
     if top1 is not None and top1 < -top1_tolerance:

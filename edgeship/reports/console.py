@@ -7,22 +7,24 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgeship.reports.formatting import headline_metric, metric_label, metric_text
-from edgeship.results import Results, VariantResult
+from edgeship.results import Accuracy, Results, VariantResult
 
 
 def results_table(results: Results) -> Table:
-    """One row per variant; one p50 column per device measured."""
+    """One row per variant; one p50 column per device measured; for an emulated device, whose
+    times are the emulator's, the SQNR of its own outputs instead."""
     devices = list(dict.fromkeys(lat.device for v in results.variants for lat in v.latency))
+    emulated = {lat.device for v in results.variants for lat in v.latency if lat.emulated is not None}
     headline = _headline(results)
     table = Table(title=f"{results.model.name} on {results.target}", title_justify="left")
     for column in ("variant", "backend", "precision", "size", metric_label(headline), "SQNR dB"):
         table.add_column(column, justify="left" if column in ("variant", "backend", "precision") else "right")
     for d in devices:
-        table.add_column(f"p50 ms {d}", justify="right")
+        table.add_column(f"SQNR dB {d} (emulated)" if d in emulated else f"p50 ms {d}", justify="right")
     table.add_column("gates")
     for v in results.variants:
         table.add_row(v.name, v.backend, v.precision, _size(v.size_bytes), *_accuracy(v, headline),
-                      *[_p50(v, d) for d in devices], _gates(v))
+                      *[_device_sqnr(v, d) if d in emulated else _p50(v, d) for d in devices], _gates(v))
     return table
 
 
@@ -48,8 +50,8 @@ def _headline(results: Results) -> str:
     return headline_metric(task, present)
 
 
-def _accuracy(v: VariantResult, headline: str) -> tuple[str, str]:
-    a = v.accuracy
+def _accuracy(v: VariantResult, headline: str, a: Accuracy | None = None) -> tuple[str, str]:
+    a = a or v.accuracy
     if a is None:
         return "-", "-"
     if not a.informative:
@@ -60,15 +62,24 @@ def _accuracy(v: VariantResult, headline: str) -> tuple[str, str]:
         sqnr = f"{a.sqnr_db:.1f}"
     else:
         sqnr = "exact" if a.max_abs_err == 0.0 else "-"
-    return _headline_text(v, headline), sqnr
+    return _headline_text(a, headline), sqnr
 
 
-def _headline_text(v: VariantResult, headline: str) -> str:
-    a = v.accuracy
+def _headline_text(a: Accuracy, headline: str) -> str:
     if headline == "top1":
         return "-" if a.top1 is None else f"{100 * a.top1:.2f}%"
     value = a.cosine if headline == "cosine" else (a.task.values.get(headline) if a.task else None)
     return "-" if value is None else metric_text(headline, value)
+
+
+def _device_sqnr(v: VariantResult, device: str) -> str:
+    """The SQNR of the outputs ``device`` returned (the eager float model runs on the host only)."""
+    row = next((lat for lat in v.latency if lat.device == device), None)
+    if v.backend == "eager":
+        return "-"
+    if row is None or row.accuracy is None:
+        return "not measured"
+    return _accuracy(v, "top1", row.accuracy)[1]
 
 
 def _p50(v: VariantResult, device: str) -> str:

@@ -25,7 +25,7 @@ from edgeship.results import Accuracy, Latency
 BUILD = ["build", "target", "model", "created"]
 VARIANT = ["variant", "backend", "precision", "quantization", "file", "size_bytes", "sha256"]
 LATENCY = ["device", "runtime", "threads", "warmup", "iterations", "p50_ms", "p90_ms", "p99_ms", "mean_ms",
-           "std_ms", "cv", "load_ms", "peak_rss_mb", "measured_at"]
+           "std_ms", "cv", "load_ms", "peak_rss_mb", "measured_at", "emulated"]
 ACCURACY = ["samples", "top1", "top1_drop", "agreement", "sqnr_db", "cosine", "max_abs_err"]
 COLUMNS = BUILD + VARIANT + LATENCY + ["speedup_vs_eager"] + ACCURACY + ["accuracy_informative", "gates_passed",
                                                                          "gate_failures", "not_measured"]
@@ -81,7 +81,7 @@ def _task_values(acc: Accuracy | None) -> dict[str, float | None]:
 
 def _speedup(report: Report, line: Line, lat: Latency | None) -> float | None:
     eager = report.eager(line)
-    if lat is None or lat.p50_ms is None or eager is None:
+    if lat is None or not lat.timed or eager is None:
         return None
     base = eager.p50(lat.device)
     return base / lat.p50_ms if base is not None else None
@@ -89,7 +89,7 @@ def _speedup(report: Report, line: Line, lat: Latency | None) -> float | None:
 
 def _why(line: Line, device: str | None, lat: Latency | None, acc: Any) -> str:
     reasons = []
-    if device is None or lat is None or lat.p50_ms is None:
+    if device is None or lat is None or not lat.timed:
         reasons.append(why_no_latency(line, device) if device else why_no_accuracy(line))
     if lat is not None and lat.output_mismatch:
         reasons.append(why_mismatch(lat))

@@ -12,6 +12,7 @@ from edgeship.reports.rows import Line, Report, Shown, why_no_accuracy, why_no_f
 from edgeship.results import Accuracy, Results
 
 NOT_MEASURED = "not measured"
+EMULATED = "emulated"  # a latency cell of an emulated device: the time is the emulator's
 NOT_INFORMATIVE = "not informative"
 NON_FINITE = "NaN/inf"
 
@@ -48,6 +49,8 @@ def built(line: Line) -> Shown:
 def latency(line: Line, device: str, key: str = "p50_ms") -> Shown:
     lat = line.latency(device)
     value = getattr(lat, key) if lat is not None else None
+    if lat is not None and lat.emulated is not None and key.endswith("_ms"):
+        return Shown(EMULATED, why_no_latency(line, device))
     if value is None:
         return Shown(NOT_MEASURED, why_no_latency(line, device))
     return Shown(ms(value))

@@ -48,8 +48,8 @@ class Line:
         return next((lat for lat in self.variant.latency if lat.device == device), None)
 
     def p50(self, device: str) -> float | None:
-        lat = self.latency(device)
-        return lat.p50_ms if lat else None
+        """The p50 on ``device``; None when not measured or emulated (an emulator's time is no speed)."""
+        return self.variant.p50_on(device)
 
     @property
     def task(self) -> str:
@@ -148,6 +148,9 @@ def why_no_latency(line: Line, device: str) -> str:
     if v.error:
         return f"{v.name} was not built: {v.error}"
     lat = line.latency(device)
+    if lat is not None and lat.emulated is not None:
+        took = f" (it took {lat.p50_ms:.1f} ms a run there)" if lat.p50_ms is not None else ""
+        return f"{device} is emulated ({lat.emulated}): its times are the emulator's, not the CPU's{took}"
     if lat is not None:
         return "; ".join(lat.notes) or f"the runner returned no timings for {v.name} on {device}"
     for note in v.notes:

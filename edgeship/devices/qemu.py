@@ -1,0 +1,150 @@
+"""A CPU this machine does not have, emulated by qemu-user: the shipped runner, unchanged, run by
+this machine's Python (x86-64) under ``qemu-x86_64 -cpu MODEL``.
+
+What it gives is real: every runtime dispatches its kernels on the CPUID the emulator answers
+(``-cpu Haswell``: AVX2, no AVX-512, no VNNI; QEMU 7.2's TCG has no AVX-512 at all), so the outputs
+are those of the kernels that CPU would run, saturation and rounding included. What it does not
+give is that CPU's time: TCG translates every instruction, so a latency row of this device is
+labelled ``emulated`` (``Latency.emulated``) and no report, gate, selection or comparison uses it
+as a speed. The CPU facts come from the emulated CPU itself (cpu.py reads CPUID when
+``EDGESHIP_CPU_FACTS=cpuid``), since /proc/cpuinfo under qemu-user is the host's file.
+
+The device uses this machine's CPU: it shares the host's lock, so the host is never timed while
+an emulated job runs beside it.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from edgeship.devices.base import PROBE, DeviceReport, Job, JobResult, MeasurementError, probe_report
+from edgeship.devices.cpu import SOURCE_ENV
+from edgeship.devices.local import LocalDevice
+from edgeship.devices.targets import unknown_cpu
+
+HERE = Path(__file__).resolve().parent
+CPU_SCRIPT = HERE / "cpu.py"
+# What qemu-user prints to stderr on every start for the features TCG leaves out of a CPU model.
+QEMU_WARNING = "warning: TCG doesn't support requested feature"
+INSTALL = "Debian: apt-get install qemu-user"
+
+
+class QemuDevice(LocalDevice):
+    """The runner in this machine's Python under qemu-user with an emulated CPU model (``config``: a
+    QemuConfig). Jobs run fewer iterations (``config.warmup``, ``config.iterations``): the time is
+    the emulator's, kept only to show what the run took, and the outputs are what count."""
+
+    transport = "qemu"
+
+    def __init__(self, name: str, config: Any) -> None:
+        super().__init__(name, config.python)
+        self.config = config
+
+    @property
+    def qemu(self) -> str:
+        return self.config.qemu or f"qemu-{self.config.arch}"
+
+    @property
+    def address(self) -> str:
+        return f"{self.qemu} -cpu {self.config.cpu} on {socket.gethostname()}"
+
+    @property
+    def lock_key(self) -> str:
+        return f"local-{socket.gethostname()}"  # this machine's CPU: never timed beside the host
+
+    @property
+    def emulation(self) -> str | None:
+        return f"{self.qemu} {self.qemu_version} -cpu {self.config.cpu} (TCG)"
+
+    def skip_reason(self, job: Job, host_unavailable: str | None) -> str | None:
+        # Eager stays on the host; the rest runs on this machine's runtimes, so what cannot run here
+        # cannot run under the emulator either.
+        return super().skip_reason(job, None) or host_unavailable
+
+    def run_job(self, job: Job, workdir: Path) -> JobResult:
+        self.require_qemu()
+        short = replace(job, warmup=min(job.warmup, self.config.warmup),
+                        iterations=min(job.iterations, self.config.iterations),
+                        timeout_s=job.timeout_s * self.config.timeout_factor)
+        result = super().run_job(short, workdir)
+        if short.iterations < job.iterations or short.warmup < job.warmup:
+            result.notes.append(f"emulated CPU: {short.warmup} warmup and {short.iterations} timed iterations "
+                                f"instead of {job.warmup} and {job.iterations} (the time is the emulator's, not "
+                                "the CPU's)")
+        return result
+
+    def command(self, job: Job, job_file: Path) -> list[str]:
+        return [self.qemu, "-cpu", self.config.cpu, *super().command(job, job_file)]
+
+    def environment(self) -> dict[str, str]:
+        return {**os.environ, SOURCE_ENV: "cpuid"}
+
+    def runner_output(self, text: str) -> str:
+        return without_warnings(text)
+
+    def check(self) -> DeviceReport:
+        missing = self.qemu_missing()
+        if missing:
+            return DeviceReport(self.name, self.transport, self.address, reachable=False, error=missing)
+        with tempfile.TemporaryDirectory(prefix="edgeship-probe-") as tmp:
+            proc = self.emulate([str(PROBE), tmp], timeout=600)
+        if proc.returncode != 0:
+            return DeviceReport(self.name, self.transport, self.address, reachable=True,
+                                error=f"probe.py exited {proc.returncode}: {without_warnings(proc.stderr)[-300:]}")
+        report = probe_report(self, proc.stdout)
+        report.notes.append(f"emulated: {self.emulation}; outputs are the emulated CPU's kernels', latency is "
+                            "the emulator's time")
+        return report
+
+    def own_cpu(self) -> dict[str, Any] | None:
+        return self.emulated_cpu
+
+    @functools.cached_property
+    def emulated_cpu(self) -> dict[str, Any]:
+        """The emulated CPU's facts, read by cpu.py with CPUID under the emulator."""
+        missing = self.qemu_missing()
+        if missing:
+            return unknown_cpu(missing)
+        proc = self.emulate([str(CPU_SCRIPT)], timeout=120)
+        try:
+            return json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return unknown_cpu(f"cpu.py under {self.qemu} printed no facts: {without_warnings(proc.stderr)[-200:]}")
+
+    def emulate(self, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([self.qemu, "-cpu", self.config.cpu, self.python, *args], capture_output=True,
+                              text=True, timeout=timeout, env=self.environment())
+
+    def qemu_missing(self) -> str | None:
+        """Why the emulator cannot run here (not installed), or None."""
+        if shutil.which(self.qemu) is None:
+            return f"{self.qemu} is not installed here ({INSTALL})"
+        return None
+
+    def require_qemu(self) -> None:
+        missing = self.qemu_missing()
+        if missing:
+            raise MeasurementError(missing)
+
+    @functools.cached_property
+    def qemu_version(self) -> str:
+        """qemu's version number (``7.2.22``), or "version unknown"."""
+        try:
+            out = subprocess.run([self.qemu, "--version"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            return "version unknown"
+        words = out.split()
+        return words[2] if len(words) > 2 and words[1] == "version" else "version unknown"
+
+
+def without_warnings(text: str) -> str:
+    """qemu's output without its per-start warnings about CPU features TCG leaves out."""
+    return "\n".join(line for line in (text or "").splitlines() if QEMU_WARNING not in line)
