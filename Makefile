@@ -9,7 +9,7 @@ DEVICE ?=
 
 .DEFAULT_GOAL := build
 WEB    := web/node_modules/.installed
-.PHONY: build setup lint test test-slow test-all matrix bench bench-team bench-quick bench-quant bench-ceiling bench-web-settings bench-web-ceiling zoo clean
+.PHONY: build setup lint test test-slow test-all matrix bench bench-team bench-quick bench-quant bench-cpu-kinds bench-ceiling bench-web-settings bench-web-ceiling zoo clean
 
 # The sentinel is rebuilt when .venv is missing or pyproject.toml changed.
 $(VENV)/.installed: pyproject.toml
@@ -64,6 +64,11 @@ bench-quick: $(VENV)/.installed
 
 bench-quant: $(VENV)/.installed
 	$(BIN)/python benchmarks/quantization.py
+
+# Every int8 path's SQNR on each x86 CPU kind: this CPU, an emulated AVX2 CPU without VNNI (qemu-user),
+# and this CPU with oneDNN's and FBGEMM's dispatch capped at AVX-512 VNNI, AVX-512 and AVX2.
+bench-cpu-kinds: $(VENV)/.installed
+	$(BIN)/python benchmarks/cpu_kinds.py
 
 # resnet18's int8 GEMMs at their own shapes: the speed-up over eager no int8 variant can pass here.
 bench-ceiling: $(VENV)/.installed

@@ -268,13 +268,20 @@ def print_summary(summary: dict, label: str) -> None:
 
 
 def write(doc: dict) -> dict:
-    """Merge ``doc`` into zoo.json per (model, target) and write it; the merged document. A lock
-    file keeps the read-merge-write whole when builds (or two zoo runs) end at the same time."""
+    """Merge ``doc`` into zoo.json per (model, target) and write it; the merged document. Each
+    (model, target) record keeps the machine it was built on (the top-level ``machine`` is the last
+    run's). A lock file keeps the read-merge-write whole when builds (or two zoo runs) end at the
+    same time."""
     with open(SUMMARY.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         previous = json.loads(SUMMARY.read_text()) if SUMMARY.exists() else {}
         models = previous.get("models", {})
+        for per_target in models.values():
+            for record in per_target.values():
+                record.setdefault("machine", previous.get("machine"))
         for name, per_target in doc["models"].items():
+            for record in per_target.values():
+                record["machine"] = doc["machine"]
             models[name] = {**models.get(name, {}), **per_target}
         merged = {**previous, **doc, "models": models, "summary": summarize(models)}
         tmp = SUMMARY.with_suffix(".json.tmp")

@@ -267,8 +267,9 @@ def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
     stats = doc.get("summary_ms") or metrics.latency_stats(doc["timings_ms"])  # summary: trtexec's own
     for key in ("p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "cv"):
         setattr(row, key, stats.get(key))
-    flag_unsteady(row, settings.max_cv)
-    flag_contended(row, doc.get("other_cpu_load"))
+    if row.emulated is None:  # how steady or shared an emulator's time was says nothing of the CPU
+        flag_unsteady(row, settings.max_cv)
+        flag_contended(row, doc.get("other_cpu_load"))
     return Measurement(row, result.outputs or None)
 
 

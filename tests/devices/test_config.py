@@ -70,7 +70,8 @@ def test_devices_file_lists_every_problem_with_its_key(tmp_path) -> None:
 def test_devices_unknown_device_name_exits_2_listing_the_known_ones(tmp_path) -> None:
     path = devices_file(tmp_path, '[devices.orin]\ntransport = "ssh"\nhost = "o"\n')
     with pytest.raises(DeviceError, match=r"--device oirn: no device 'oirn' in .*"
-                                          r"one of: browser, host, orin, x86-avx2-emulated \(did you mean \"orin\"\?\)"):
+                                          r"one of: browser, host, orin, x86-avx2-emulated "
+                                          r"\(did you mean \"orin\"\?\)"):
         load_devices(path).select(["oirn"])
 
 

@@ -111,8 +111,8 @@ def test_device_runner_runs_an_onnx_job_without_edgeship(device_folder, doubling
     doc = result.document
     assert proc.returncode == 0 and doc["runtime_version"].startswith("onnxruntime ")
     assert len(doc["timings_ms"]) == 3 and doc["samples"] == 5 and doc["threads"] == 1 and doc["notes"] == []
-    assert set(doc) == {"ok", "runtime", "runtime_version", "threads", "warmup", "iterations", "load_ms", "timings_ms", "peak_rss_mb",
-                        "samples", "outputs", "notes", "host", "cpu", "other_cpu_load"}
+    assert set(doc) == {"ok", "runtime", "runtime_version", "threads", "warmup", "iterations", "load_ms",
+                        "timings_ms", "peak_rss_mb", "samples", "outputs", "notes", "host", "cpu", "other_cpu_load"}
     assert doc["cpu"] == cpu_facts()
     np.testing.assert_allclose(result.outputs[0], 2 * x + 1)
 

@@ -290,9 +290,10 @@ def test_openvino_int8_chooses_overflow_fix_from_the_target_cpus(tiny_model, tmp
     assert details["overflow_fix"] == chosen and details["overflow_fix_reason"] in artifact.notes
     assert details["cpus"][0]["device"] == cpus[0][0]
     assert details["overflow_fix_reason"].startswith(f"overflow_fix {chosen}")
-    assert max(_widest_int8_weight(artifact.path).values()) <= widest and sqnr_against_eager(tiny_model, predict) >= 20
-    if chosen == "enable":
+    assert max(_widest_int8_weight(artifact.path).values()) <= widest
+    if chosen == "enable":  # runs right on any CPU, this one included (an IR for VNNI CPUs may not, here)
         assert "edge's CPU has no VNNI (AMD EPYC 7B13: AVX2 without VNNI" in details["overflow_fix_reason"]
+        assert sqnr_against_eager(tiny_model, predict) >= 20
     else:
         assert max(_widest_int8_weight(artifact.path).values()) > 64
 

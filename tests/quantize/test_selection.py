@@ -40,8 +40,8 @@ def test_selection_none_inside_the_budget_selects_none_and_says_so() -> None:
     result = select_variant(SelectionSettings(select="fastest-within-budget", max_top1_drop=1.0, min_sqnr_db=20),
                             rows, "host")
     assert result.selected is None and not any(r.selected for r in rows)
-    assert {c.name: c.reason for c in result.candidates} == {"a": "top1_drop 3 points > 1", "b": "no p50 measured on host",
-                                                             "c": "not built"}
+    assert {c.name: c.reason for c in result.candidates} == {"a": "top1_drop 3 points > 1",
+                                                             "b": "no p50 measured on host", "c": "not built"}
     assert "none is selected" in result.notes[-1] and "sqnr_db >= 20" in result.budget
 
 
