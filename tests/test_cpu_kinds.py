@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from edgeship.devices.cpu import cpu_facts
+from edgeship.quantize.cpu_choice import cpu_verdict
 from tests.conftest import REPO
 from tests.devices.test_qemu import HASWELL, needs_qemu
 from tests.test_bad_input import toml_document
@@ -65,8 +67,9 @@ def test_the_shipped_int8_variants_pass_on_an_avx2_cpu_without_vnni_and_on_this_
         else:
             assert chosen["reduce_range"] is True and f"{HASWELL}'s CPU has no VNNI" in chosen["reduce_range_reason"]
     default = rows["openvino-int8-nncf-default"]
-    assert default["latency"][1]["accuracy"]["sqnr_db"] < 20  # saturated: 17.0 dB here, 26.2 dB with 7-bit weights
-    assert [f for f in default["gates"]["failures"] if not f.endswith(f"on {HASWELL}")] == []
+    assert default["latency"][1]["accuracy"]["sqnr_db"] < 20  # saturated: 17.0 dB, 26.2 dB with 7-bit weights
+    if cpu_verdict(cpu_facts())[0] is False:  # this CPU has VNNI: the default holds here, fails there only
+        assert [f for f in default["gates"]["failures"] if not f.endswith(f"on {HASWELL}")] == []
     _emulated_time_is_never_a_speed(out)
 
 
