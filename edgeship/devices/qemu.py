@@ -82,7 +82,11 @@ class QemuDevice(LocalDevice):
         return result
 
     def command(self, job: Job, job_file: Path) -> list[str]:
-        return [self.qemu, "-cpu", self.config.cpu, *super().command(job, job_file)]
+        return [*self.emulator(), *super().command(job, job_file)]
+
+    def emulator(self) -> list[str]:
+        """The command line prefix that runs a program on the emulated CPU."""
+        return [self.qemu, "-cpu", self.config.cpu]
 
     def environment(self) -> dict[str, str]:
         return {**os.environ, SOURCE_ENV: "cpuid"}
@@ -120,8 +124,8 @@ class QemuDevice(LocalDevice):
             return unknown_cpu(f"cpu.py under {self.qemu} printed no facts: {without_warnings(proc.stderr)[-200:]}")
 
     def emulate(self, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([self.qemu, "-cpu", self.config.cpu, self.python, *args], capture_output=True,
-                              text=True, timeout=timeout, env=self.environment())
+        return subprocess.run([*self.emulator(), self.python, *args], capture_output=True, text=True,
+                              timeout=timeout, env=self.environment())
 
     def qemu_missing(self) -> str | None:
         """Why the emulator cannot run here (not installed), or None."""
