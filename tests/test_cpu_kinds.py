@@ -76,6 +76,10 @@ def test_the_shipped_int8_variants_pass_on_an_avx2_cpu_without_vnni_and_on_this_
 def _emulated_time_is_never_a_speed(out: Path) -> None:
     report = (out / "report.md").read_text()
     assert "| emulated" in report and f"{HASWELL} is emulated (qemu-x86_64" in report
+    chosen = report.split("## Chosen for the target CPUs")[1].split("## ")[0]
+    assert f"- openvino-int8: overflow_fix enable (NNCF: 7-bit weights in every layer): {HASWELL}'s CPU" in chosen
+    assert "- onnx-int8: 7-bit weights (reduce_range): " in chosen
+    assert "- openvino-int8-nncf-default: overflow_fix = first_layer_only set in the profile" in chosen
     with open(out / "results.csv", newline="") as f:
         emulated = [r for r in csv.DictReader(f) if r["device"] == HASWELL and r["variant"] != "eager"]
     assert emulated and all(r["speedup_vs_eager"] == "" and r["emulated"] for r in emulated)

@@ -286,6 +286,16 @@ class OutputTable:
         return f"{self.model} ({', '.join(dict.fromkeys(ln.build.label for ln in self.lines))})"
 
 
+def cpu_choices(report: Report) -> list[tuple[str, str]]:
+    """(variant, why) for every setting a quantizer chose from the target CPUs (the ``*_reason``
+    entries of ``lowering.details.quantization``: ONNX Runtime's reduce_range, NNCF's overflow_fix)."""
+    found = []
+    for line in report.lines:
+        quantization = line.variant.lowering.details.get("quantization") or {}
+        found += [(line.name, str(why)) for key, why in sorted(quantization.items()) if key.endswith("_reason")]
+    return found
+
+
 def model_outputs(results: Results) -> list[dict[str, Any]]:
     """The model's outputs (name, shape, dtype, ragged), or their names from the accuracy blocks of
     results written before model.outputs listed them all."""
