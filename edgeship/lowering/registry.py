@@ -319,7 +319,9 @@ class OpenvinoSpec(BackendSpec):
             None, description="int8: NNCF's model_type; transformer keeps softmax, layer norm and the "
                               "attention's inputs in float as NNCF recommends for transformers.")
         fast_bias_correction: bool = Field(
-            True, description="int8: NNCF's fast bias correction (false: the full algorithm, slower to build).")
+            True, description="int8: NNCF's fast bias correction (false: the full algorithm, slower to build; on a "
+                              "graph NNCF refuses it for, such as one with an If, fast is used, then none, and "
+                              "the notes say so).")
         subset_size: int | None = Field(
             None, ge=1, description="int8: calibration samples NNCF collects statistics on; unset: every sample "
                                     "of the variant's calibration data ([calibration] samples).")

@@ -10,6 +10,10 @@ weights in every layer where a CPU without VNNI could saturate). Activation
 ranges: ``mean-minmax`` (NNCF's default for per-tensor activations: the mean over samples of each
 sample's min and max), ``minmax`` (the extremes over all samples) or ``histogram``.
 
+Where NNCF refuses the bias correction asked for (the full one on a graph with an ``If`` node, as a
+detector with its own NMS converts to), the next is used (full, fast, none), recorded as
+``bias_correction`` and ``bias_correction_refused`` and said in the notes.
+
 Per-layer sensitivity compares each convolution's and MatMul's output in the quantized model with
 the float model's (both compiled with f32 inference, outputs added at those nodes); ``keep_float``
 puts the worst in NNCF's ignored scope. The quantized model is cached, keyed by the float IR's
@@ -19,9 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +34,7 @@ import numpy as np
 
 from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
-from edgeship.errors import LoweringError
+from edgeship.errors import LoweringError, first_line
 from edgeship.lowering.registry import OPENVINO_QUANTIZATION
 from edgeship.quantize.cpu_choice import choose_overflow_fix, cpu_details, this_machine
 from edgeship.quantize.quantized import Quantized, calibrated
@@ -37,6 +42,8 @@ from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fall
 from edgeship.quantize.settings import QuantizationSettings
 
 QUANTIZED_XML = "quantized.xml"
+BIAS_FILE = "bias_correction.json"  # beside the cached quantized IR: the bias correction NNCF used
+BIAS_CORRECTIONS = ("full", "fast", "none")  # NNCF's, tried in this order from the one the options ask
 TORCH_CUDA_LOGGER = "torch.utils.cpp_extension"
 WEIGHTED_OPS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "MatMul")
 
@@ -67,14 +74,17 @@ def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
                     "data_sha256": data.fingerprint(), "batch": batch, **nncf_args,
                     "nncf": nncf.__version__, "openvino": ov.__version__}
         facts: dict[str, Any] = {}
+        bias: dict[str, Any] = {}
 
         def quantized(ignored: list[str]) -> Any:
             def compute(folder: Path) -> None:
-                out = run_nncf(core.read_model(str(float_xml)), data, batch, nncf_args, ignored)
+                out, used = run_nncf(lambda: core.read_model(str(float_xml)), data, batch, nncf_args, ignored)
                 ov.save_model(out, str(folder / QUANTIZED_XML), compress_to_fp16=False)
+                (folder / BIAS_FILE).write_text(json.dumps(used))
             with calibrated(request.cache, "openvino", {**key_base, "ignored": sorted(ignored)}, compute) as (e, f):
                 if not facts:  # the first quantization's: later ones reuse it or only add an ignored scope
                     facts.update(f)
+                    bias.update(bias_used(e.path, nncf_args))
                 return core.read_model(str(e.path / QUANTIZED_XML))
 
         def measure(sample: Dataset, size: int) -> list[LayerSensitivity]:
@@ -90,12 +100,24 @@ def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
     done = Quantized.describe("static", OPENVINO_QUANTIZATION.engines, format="FakeQuantize (OpenVINO IR)",
                               method=method, samples=len(data), per_channel=settings.per_channel,
                               preset=opts.preset, model_type=opts.model_type, target_device=opts.target_device,
-                              fast_bias_correction=opts.fast_bias_correction, subset_size=subset,
+                              fast_bias_correction=opts.fast_bias_correction, subset_size=subset, **bias,
                               overflow_fix=overflow_fix, overflow_fix_reason=overflow_why, cpus=cpu_details(cpus),
                               fake_quantize_nodes=fq, kept_float=excluded, sensitivity=report,
                               calibration={**facts, "data": data.source}, nncf=nncf.__version__)
     done.notes.append(overflow_why)
+    if bias["bias_correction_refused"]:
+        done.notes.append(f"bias correction {bias['bias_correction']}: NNCF refused "
+                          + "; ".join(bias["bias_correction_refused"]))
     return result, done
+
+
+def bias_used(entry: Path, args: dict[str, Any]) -> dict[str, Any]:
+    """The bias correction a cached quantization used and the ones NNCF refused before it (an entry of
+    before the fallback used the one asked: a refusal then failed the variant and cached nothing)."""
+    path = entry / BIAS_FILE
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"bias_correction": "fast" if args["fast_bias_correction"] else "full", "bias_correction_refused": []}
 
 
 def import_nncf() -> Any:
@@ -119,8 +141,28 @@ def quiet_loggers(*names: str, level: int = logging.ERROR) -> Iterator[None]:
             logger.setLevel(old)
 
 
-def run_nncf(model: Any, data: Dataset, batch: int, args: dict[str, Any], ignored: list[str]) -> Any:
-    """nncf.quantize with ``args`` (edgeship's names) on ``data`` in batches of ``batch``."""
+def run_nncf(read_model: Callable[[], Any], data: Dataset, batch: int, args: dict[str, Any], ignored: list[str]
+             ) -> tuple[Any, dict[str, Any]]:
+    """nncf.quantize with ``args`` (edgeship's names) on ``data`` in batches of ``batch``, and the bias
+    correction it used. NNCF refuses its bias corrections on some graphs (the full one on a model with
+    an ``If``, as a detector with its own NMS has): the next one is tried then (full, fast, none),
+    each on a fresh read of the float model, and the refusals are returned to say so."""
+    asked = "fast" if args["fast_bias_correction"] else "full"
+    refused: list[str] = []
+    for bias in BIAS_CORRECTIONS[BIAS_CORRECTIONS.index(asked):]:
+        try:
+            model = quantize_once(read_model(), data, batch, args, ignored, bias)
+        except NotImplementedError as e:
+            if "bias" not in str(e).lower() or bias == "none":
+                raise
+            refused.append(f"{bias} ({first_line(e)})")
+            continue
+        return model, {"bias_correction": bias, "bias_correction_refused": refused}
+    raise AssertionError("unreachable: bias correction none raises or returns")
+
+
+def quantize_once(model: Any, data: Dataset, batch: int, args: dict[str, Any], ignored: list[str], bias: str) -> Any:
+    """One nncf.quantize call with bias correction ``bias`` (full, fast or none)."""
     import nncf
     from nncf.quantization.advanced_parameters import (
         AdvancedQuantizationParameters,
@@ -129,7 +171,8 @@ def run_nncf(model: Any, data: Dataset, batch: int, args: dict[str, Any], ignore
     )
     from nncf.quantization.range_estimator import RangeEstimatorParametersSet
 
-    advanced = AdvancedQuantizationParameters(overflow_fix=OverflowFix(args["overflow_fix"]))
+    advanced = AdvancedQuantizationParameters(overflow_fix=OverflowFix(args["overflow_fix"]),
+                                              disable_bias_correction=bias == "none")
     if not args["per_channel"]:
         advanced.weights_quantization_params = QuantizationParameters(per_channel=False)
     if args["method"] != "mean-minmax":  # NNCF's default for per-tensor activations
@@ -142,7 +185,7 @@ def run_nncf(model: Any, data: Dataset, batch: int, args: dict[str, Any], ignore
         return nncf.quantize(model, nncf.Dataset(items), preset=nncf.QuantizationPreset(args["preset"]),
                              target_device=nncf.TargetDevice[args["target_device"]],
                              subset_size=max(1, -(-args["subset_size"] // batch)),  # NNCF counts batches
-                             fast_bias_correction=args["fast_bias_correction"],
+                             fast_bias_correction=bias != "full",
                              ignored_scope=nncf.IgnoredScope(names=list(ignored)) if ignored else None,
                              advanced_parameters=advanced, **extra)
 

@@ -329,3 +329,20 @@ def test_openvino_sensitivity_reads_layers_whose_output_the_model_returns(tmp_pa
     assert all(row["sqnr_db"] is None or row["sqnr_db"] > 10 for row in layers)
     assert artifact.details["quantization"]["kept_float"] == [layers[0]["layer"]]
 
+
+
+def test_openvino_int8_falls_back_to_fast_bias_correction_where_nncf_refuses_the_full_one(tmp_path) -> None:
+    from edgeship.model import load_model
+    from edgeship.spec import load_spec
+
+    model = load_model(load_spec("tests.models.tinynet:build_branchy", "1,3,16,16"))
+    artifact, predict = _lower(model, tmp_path / "v" / "model.openvino", precision="int8", method="script",
+                               calibration=_calibration(model, 16), fast_bias_correction=False,
+                               quantization=QuantizationSettings(sensitivity=False))
+    details = artifact.details["quantization"]
+    assert artifact.details["operators"]["If"] == 1 and details["fake_quantize_nodes"] > 0
+    assert details["fast_bias_correction"] is False and details["bias_correction"] == "fast"
+    assert details["bias_correction_refused"] == [
+        "full (The BiasCorrection algorithm is not supported for OpenVINO models with If operation.)"]
+    assert "bias correction fast: NNCF refused full (The BiasCorrection algorithm" in " ".join(artifact.notes)
+    assert sqnr_against_eager(model, predict) >= 20

@@ -114,3 +114,26 @@ class LayerOutputs(nn.Module):
 def build_layer_outputs() -> LayerOutputs:
     torch.manual_seed(0)
     return LayerOutputs()
+
+
+class Branchy(nn.Module):
+    """Data-dependent control flow that torch.jit.script keeps: OpenVINO converts it to an If node,
+    on which NNCF refuses its full bias correction."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        if bool(y.mean() > 0.1):
+            y = y * 2.0
+        else:
+            y = y + 1.0
+        return self.head(y.mean((2, 3)))
+
+
+def build_branchy() -> Branchy:
+    torch.manual_seed(0)
+    return Branchy()
