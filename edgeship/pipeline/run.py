@@ -91,7 +91,7 @@ def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
     _notices(cache, progress)
     staged = folder.stage()
     lowered = lower_all(plan, model, progress, calibration, keys, cache, staged)
-    rows = [eager_row(plan, model)] + [variant_row(staged, item) for item in lowered]
+    rows = [eager_row(plan, model, ref)] + [variant_row(staged, item) for item in lowered]
     validate_all(plan, model, ref, lowered, rows, progress)
     selection = select_variant(plan.profile.selection, rows, plan.devices[0].name) if plan.profile.selection else None
     results = Results(target=plan.profile.name, created=now_utc(), model=model_info(model, ref),
@@ -230,9 +230,10 @@ def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dat
     return out
 
 
-def eager_row(plan: Plan, model: LazyModel) -> VariantResult:
+def eager_row(plan: Plan, model: LazyModel, ref: Reference) -> VariantResult:
     return VariantResult(name="eager", backend="eager", precision="fp32",
-                         notes=["the float PyTorch model: the reference every variant is compared with"])
+                         notes=["the float PyTorch model: the reference every variant is compared with",
+                                *ref.judge.reading()])
 
 
 def variant_row(staged: Path, item: Lowered) -> VariantResult:

@@ -71,10 +71,14 @@ class Reference:
 
     @functools.cached_property
     def problem(self) -> str | None:
-        """Why comparing outputs with these proves nothing (:func:`metrics.uninformative_reason`), or None."""
-        if isinstance(self.primary, list):
-            return None  # varying-length outputs: the task's metrics say whether there was anything to match
-        return metrics.uninformative_reason(self.primary, self.data.inputs)
+        """Why comparing outputs with these proves nothing, or None: the primary output's values
+        (:func:`metrics.uninformative_reason`, for outputs of a fixed length), then what the task reads
+        from all of them (:meth:`TaskJudge.uninformative`: detections whose order is arbitrary)."""
+        if not isinstance(self.primary, list):
+            reason = metrics.uninformative_reason(self.primary, self.data.inputs)
+            if reason is not None:
+                return reason
+        return self.judge.uninformative(self.outputs)
 
     @functools.cached_property
     def sha256(self) -> str:
@@ -411,17 +415,22 @@ def reference_gates(ref: Reference, accuracy: Accuracy | None) -> GateResult:
 
 def _reproduces(accuracy: Accuracy) -> bool:
     """Every output of the eager runner's float model matches the build's: element-wise outputs to
-    REPRODUCE_MIN_SQNR_DB, integer outputs exactly, varying-length outputs by the task's metrics."""
+    REPRODUCE_MIN_SQNR_DB, integer outputs exactly, varying-length outputs by the task's metrics.
+    Detections decoded on the host from outputs that reproduce are not judged again: a score at the
+    decoder's threshold or an NMS tie can flip between two runs whose arithmetic differs only in
+    order (another thread count), which is no sign of a model built differently."""
     if accuracy.non_finite:
         return False
     alone = OutputAccuracy(name="", sqnr_db=accuracy.sqnr_db, max_abs_err=accuracy.max_abs_err)
-    for out in accuracy.outputs or [alone]:
+    outputs = accuracy.outputs or [alone]
+    for out in outputs:
         if out.equal is not None and out.equal < 1.0:
             return False
         if out.equal is None and out.note is None and not (
                 out.max_abs_err == 0.0 if out.sqnr_db is None else out.sqnr_db >= REPRODUCE_MIN_SQNR_DB):
             return False
-    if accuracy.task is not None and accuracy.task.task == "detection":
+    ragged = any(out.sqnr_db is None and out.max_abs_err is None and out.equal is None for out in outputs)
+    if ragged and accuracy.task is not None and accuracy.task.task == "detection":
         return accuracy.task.values.get("recall_vs_float") in (None, 1.0) and \
             accuracy.task.values.get("precision_vs_float") in (None, 1.0)
     return True

@@ -17,6 +17,7 @@ import numpy as np
 
 from edgeship.entry import import_entry, importable
 from edgeship.errors import ModelSpecError, first_line
+from edgeship.metrics import CONSTANT_RTOL, NEAR_ZERO
 from edgeship.spec import DetectionSpec, ModelSpec
 from edgeship.tasks.common import TaskMetrics, checked
 from edgeship.tasks.detection import Detections, detection_metrics, detections
@@ -69,6 +70,34 @@ class TaskJudge:
         if self.task == "detection" and settings.postprocess == "host":
             return self.index(settings.decode.scores, "[detection.decode] scores")
         return 0
+
+    def uninformative(self, reference: list[Output]) -> str | None:
+        """Why the float model's detections prove nothing, or None (and None for other tasks, or
+        detections the task cannot read: its metrics then say why): none at all; every score the
+        same, so which detection ranks first, and every match against it, is arbitrary (a fresh
+        class head scores every box alike); the same detections for every sample."""
+        if self.task != "detection":
+            return None
+        try:
+            found = self.detections(reference, "the float model")
+        except ValueError:
+            return None
+        scores = np.concatenate([d.scores for d in found]).astype(np.float64) if found else np.zeros(0)
+        if not scores.size:
+            return f"the float model detects nothing in any of the {len(found)} evaluation samples"
+        if scores.size > 1 and np.ptp(scores) <= CONSTANT_RTOL * max(float(np.abs(scores).max()), NEAR_ZERO):
+            return (f"every detection of the float model has the same score ({scores[0]:.6g}): which one ranks "
+                    "first, and so every match against it, is arbitrary")
+        if len(found) > 1 and all(_same(found[0], d) for d in found[1:]):
+            return f"the float model gives the same detections for all {len(found)} evaluation samples"
+        return None
+
+    def reading(self) -> list[str]:
+        """How the outputs were read where the spec did not say (a detector's unnamed tuple)."""
+        if self.task == "detection" and self._torchvision_order(self.spec.task_settings()):
+            return ["detection outputs read as boxes = output0, scores = output1, labels = output2, the order "
+                    "torchvision's detectors return (name them in [detection] boxes, scores and labels otherwise)"]
+        return []
 
     def check(self) -> None:
         """ValueError when the spec names an output the model does not have."""
@@ -127,8 +156,16 @@ class TaskJudge:
         if settings.postprocess == "host":
             return (self.index(settings.decode.boxes, "[detection.decode] boxes"),
                     self.index(settings.decode.scores, "[detection.decode] scores"))
+        if self._torchvision_order(settings):
+            return 0, 1, 2
         return (self.index(settings.boxes, "[detection] boxes"), self.index(settings.scores, "[detection] scores"),
                 self.index(settings.labels, "[detection] labels"))
+
+    def _torchvision_order(self, settings: DetectionSpec) -> bool:
+        """A plain tuple of three outputs (output0..2) from a model that post-processes itself, with
+        no output named in the spec: read in torchvision's order, boxes, scores, labels."""
+        named = {"boxes", "scores", "labels"} & settings.model_fields_set
+        return settings.postprocess == "model" and not named and self.names == ["output0", "output1", "output2"]
 
     def _decoded(self, outputs: list[Output], settings: DetectionSpec, who: str) -> list[Detections]:
         from edgeship.devices.postprocess import decode_batch
@@ -180,6 +217,10 @@ def labelled_boxes(labels: object, samples: int, box_format: str = "xyxy",
                              f"xyxy from box format {box_format}), the first {rows[inverted][0, :4].tolist()}")
         truth.append(found)
     return truth
+
+
+def _same(a: Detections, b: Detections) -> bool:
+    return all(np.array_equal(x, y) for x, y in ((a.boxes, b.boxes), (a.scores, b.scores), (a.labels, b.labels)))
 
 
 def _stacked(value: Output) -> np.ndarray:
