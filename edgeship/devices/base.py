@@ -155,6 +155,10 @@ class Device(ABC):
             return BROWSER_ONLY
         return host_unavailable if self.transport == "local" else None
 
+    def planned(self, job: Job) -> Job:
+        """The job as this device runs it (an emulator runs fewer iterations); default: as asked."""
+        return job
+
     @property
     def emulation(self) -> str | None:
         """How the device's CPU is emulated (its latency rows say so and are never used as a speed),

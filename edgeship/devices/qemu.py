@@ -69,11 +69,14 @@ class QemuDevice(LocalDevice):
         # cannot run under the emulator either.
         return super().skip_reason(job, None) or host_unavailable
 
+    def planned(self, job: Job) -> Job:
+        return replace(job, warmup=min(job.warmup, self.config.warmup),
+                       iterations=min(job.iterations, self.config.iterations),
+                       timeout_s=job.timeout_s * self.config.timeout_factor)
+
     def run_job(self, job: Job, workdir: Path) -> JobResult:
         self.require_qemu()
-        short = replace(job, warmup=min(job.warmup, self.config.warmup),
-                        iterations=min(job.iterations, self.config.iterations),
-                        timeout_s=job.timeout_s * self.config.timeout_factor)
+        short = self.planned(job)
         result = super().run_job(short, workdir)
         if short.iterations < job.iterations or short.warmup < job.warmup:
             result.notes.append(f"emulated CPU: {short.warmup} warmup and {short.iterations} timed iterations "

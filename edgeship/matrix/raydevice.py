@@ -66,6 +66,9 @@ class RayDevice(Device):
     def skip_reason(self, job: Job, host_unavailable: str | None) -> str | None:
         return self.inner.skip_reason(job, host_unavailable)
 
+    def planned(self, job: Job) -> Job:
+        return self.inner.planned(job)
+
     def check(self) -> DeviceReport:
         return self.inner.check()
 

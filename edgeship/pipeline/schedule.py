@@ -83,7 +83,7 @@ def plan_tasks(jobs: list[tuple[VariantResult, Job, str | None]], devices: list[
                 continue
             task = Task(row, job, device, work / row.name / device.name / (job.size or ""))
             if previous is not None:
-                task.reused, why = reusable(previous, row, device.name, job, current)
+                task.reused, why = reusable(previous, row, device.name, device.planned(job), current)
                 reasons[why] += task.reused is None
             tasks.append(task)
     return tasks, reasons

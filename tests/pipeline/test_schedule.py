@@ -166,3 +166,18 @@ def test_unmeasured_devices_names_each_requested_device_that_measured_nothing() 
         "requested device idle measured nothing: it can run none of this build's variants (the eager float model "
         "runs only on the host; no program runs onnxruntime)",
         "requested device absent measured nothing: no variant was measured there"]
+
+
+def test_resume_reuses_an_emulated_measurement_taken_with_the_devices_own_iterations(tmp_path) -> None:
+    """An emulated device runs 1 warmup and 3 iterations whatever the profile asks: its row is
+    compared with the job as that device runs it, so --resume reuses it."""
+    from edgeship.devices.config import QemuConfig
+
+    device = QemuConfig(transport="qemu", cpu="Haswell").device("board")
+    prev = previous(emulated="qemu-x86_64 7.2.22 -cpu Haswell (TCG)")
+    prev.variants[0].latency[0].iterations, prev.variants[0].latency[0].warmup = 3, 1
+    row = VariantResult(name="ort", backend="onnx", precision="fp32", sha256="a" * 64)
+    asked = job()
+    asked.warmup, asked.iterations = 10, 100
+    tasks, reasons = plan_tasks([(row, asked, None)], [device], tmp_path, prev, ReuseKey((), "in", "ref"))
+    assert tasks[0].reused is not None and reasons["reused"] == 0 and sum(reasons.values()) == 0
