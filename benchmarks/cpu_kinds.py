@@ -85,9 +85,13 @@ def profile_text() -> str:
              "[latency]", "warmup = 1", "iterations = 3",
              "[gates]", "min_sqnr_db = 20.0"]
     for i, (backend, _, options, method) in enumerate(VARIANTS):
-        lines += ["[[variants]]", f'name = "v{i:02d}-{backend}"', f'backend = "{backend}"', 'precision = "int8"',
+        lines += ["[[variants]]", f'name = "{variant_name(i)}"', f'backend = "{backend}"', 'precision = "int8"',
                   f"options = {toml(options)}", f"quantization = {toml({**STATIC, 'method': method})}"]
     return "\n".join(lines) + "\n"
+
+
+def variant_name(i: int) -> str:
+    return f"v{i:02d}-{VARIANTS[i][0]}"
 
 
 def devices_file(folder: Path) -> Path:
@@ -125,7 +129,9 @@ def build(model: str, folder: Path) -> dict:
 def cells(results: dict) -> list[dict]:
     """One row per int8 path: its SQNR on each device (None where not measured or not applicable)."""
     rows = []
-    for (backend, label, options, _), variant in zip(VARIANTS, results["variants"][1:]):
+    built = {v["name"]: v for v in results["variants"]}
+    for i, (backend, label, options, _) in enumerate(VARIANTS):
+        variant = built[variant_name(i)]
         by_device = {lat["device"]: lat for lat in variant["latency"]}
         row = {"path": label, "backend": backend, "options": options, "error": variant.get("error")}
         for device in ["host", EMULATED, *CAPS]:

@@ -105,6 +105,14 @@ def test_emulated_rows_are_never_selected_or_gated_by_time() -> None:
     assert {c.reason for c in chosen.candidates} == {"old-pc is emulated (qemu-x86_64 7.2 -cpu Haswell (TCG)): its "
                                                      "times are not the CPU's"}
     assert check_gates(Gates(max_p50_ms=0.5), None, row("a", 9.0).latency).passed
+    from edgeship.matrix.report import best_on, no_best_why
+    from edgeship.results import ModelInfo, Results
+
+    results = Results(target="t", created="2026-01-01T00:00:00Z", toolchain={}, variants=[row("a", 9.0)],
+                      model=ModelInfo(name="m", entry="m:build", weights_sha256="w", inputs=[], params=1))
+    assert best_on(results, "old-pc") is None
+    assert no_best_why(results, "old-pc").startswith("old-pc is emulated (qemu-x86_64 7.2 -cpu Haswell (TCG)): its "
+                                                      "times are the emulator's")
 
 
 @pytest.mark.parametrize("target", ["host", "x86"])

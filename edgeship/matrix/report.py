@@ -31,6 +31,15 @@ def best_on(results: Results, device: str) -> tuple[VariantResult, Any] | None:
     return best
 
 
+def no_best_why(results: Results | None, device: str) -> str:
+    """Why no variant is the fastest on ``device``: an emulated device's times are no speed."""
+    emulated = next((lat.emulated for row in (results.variants if results else []) for lat in row.latency
+                     if lat.device == device and lat.emulated), None)
+    if emulated:
+        return f"{device} is emulated ({emulated}): its times are the emulator's, so no variant is fastest there"
+    return "no passing variant measured"
+
+
 def accuracy_text(results: Results, variant: VariantResult, device: str) -> str:
     """The variant's accuracy on ``device`` as the build's report shows it (reports/formatting.py: the
     task's headline metric, "not measured" / "not informative" instead of a number where the results
@@ -67,7 +76,7 @@ def matrix_rows(matrix: Matrix, out: Path, cells: list[CellResult]) -> list[dict
                                    "folder": cell.folder, "built_on": cell.node}
             found = best_on(results, device) if results is not None else None
             if found is None:
-                why = cell.error.splitlines()[0] if cell.error and results is None else "no passing variant measured"
+                why = cell.error.splitlines()[0] if cell.error and results is None else no_best_why(results, device)
                 row.update(best=None, p50_ms=None, accuracy=None, why=why)
             else:
                 variant, lat = found

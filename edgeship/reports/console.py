@@ -50,19 +50,27 @@ def _headline(results: Results) -> str:
     return headline_metric(task, present)
 
 
-def _accuracy(v: VariantResult, headline: str, a: Accuracy | None = None) -> tuple[str, str]:
-    a = a or v.accuracy
+def _accuracy(v: VariantResult, headline: str) -> tuple[str, str]:
+    a = v.accuracy
+    unusable = _unusable(a)
+    if unusable is not None:
+        return unusable, unusable
+    return _headline_text(a, headline), _sqnr_text(a)
+
+
+def _unusable(a: Accuracy | None) -> str | None:
+    """The cell for an accuracy block without a usable figure, or None."""
     if a is None:
-        return "-", "-"
+        return "-"
     if not a.informative:
-        return "not informative", "not informative"
-    if a.non_finite:
-        return "NaN/inf", "NaN/inf"
+        return "not informative"
+    return "NaN/inf" if a.non_finite else None
+
+
+def _sqnr_text(a: Accuracy) -> str:
     if a.sqnr_db is not None:
-        sqnr = f"{a.sqnr_db:.1f}"
-    else:
-        sqnr = "exact" if a.max_abs_err == 0.0 else "-"
-    return _headline_text(a, headline), sqnr
+        return f"{a.sqnr_db:.1f}"
+    return "exact" if a.max_abs_err == 0.0 else "-"
 
 
 def _headline_text(a: Accuracy, headline: str) -> str:
@@ -79,7 +87,7 @@ def _device_sqnr(v: VariantResult, device: str) -> str:
         return "-"
     if row is None or row.accuracy is None:
         return "not measured"
-    return _accuracy(v, "top1", row.accuracy)[1]
+    return _unusable(row.accuracy) or _sqnr_text(row.accuracy)
 
 
 def _p50(v: VariantResult, device: str) -> str:

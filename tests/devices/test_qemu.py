@@ -49,8 +49,10 @@ def test_cpuid_gives_the_same_flags_as_the_kernel_on_this_machine(monkeypatch) -
     kernel = cpu_facts()
     monkeypatch.setenv(SOURCE_ENV, "cpuid")
     cpuid = cpu_facts()
-    assert cpuid["source"] == "cpuid" and kernel["source"] == "/proc/cpuinfo"
-    assert (cpuid["flags"], cpuid["arch"], cpuid["model"]) == (kernel["flags"], kernel["arch"], kernel["model"])
+    assert cpuid["source"] == "cpuid" and kernel["source"] == "/proc/cpuinfo" and cpuid["arch"] == kernel["arch"]
+    # The kernel may switch a feature off (a mitigation, an old kernel without AMX), never on.
+    assert set(kernel["flags"]) <= set(cpuid["flags"]) and {"avx2", "sse4_2"} & set(cpuid["flags"])
+    assert " ".join((kernel["model"] or "").split()) == cpuid["model"]
 
 
 def test_parse_cpuid_leaves_out_what_the_os_does_not_save() -> None:
