@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,7 +24,7 @@ from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
 from edgeship.fsutil import atomic_output
 from edgeship.quantize.quantized import Quantized, calibrated
-from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fallback, sqnr_of
+from edgeship.quantize.sensitivity import LayerSensitivity, OneLayerRuns, Outputs, sensitivity_and_fallback, sqnr_of
 
 Activations = Literal["uint8", "int8-symmetric"]
 ORT_METHODS = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
@@ -39,7 +39,8 @@ FREE_BATCH = 8  # calibration batch when the model's batch dimension is free
 def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activations: Activations = "uint8",
                  per_channel: bool = True, method: str = "minmax", percentile: float = 99.999,
                  keep_float: int = 0, sensitivity: bool = True, cache: Cache | None = None,
-                 quantize_bias: bool = True, reduce_range: bool | None = None) -> Quantized:
+                 quantize_bias: bool = True, reduce_range: bool | None = None,
+                 graph_optimization: str | None = None) -> Quantized:
     """Write ``dest``: the float ONNX model at ``fp32_path`` statically quantized to QDQ.
 
     ``calibration`` holds the samples (one array per ONNX input name). ``activations`` is
@@ -51,6 +52,8 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
     without VNNI add u8 x s8 products in pairs into int16 and saturate with full 8-bit weights (the
     demo reads 15 dB instead of 30 without it), and off for S8S8. The onnx backend sets it from the
     target CPUs instead (``quantize/cpu_choice.py``: 8 bits where they all have VNNI or are ARM).
+    ``graph_optimization`` is the level ONNX Runtime runs the QDQ model at, for the sensitivity pass;
+    unset: ``all`` for U8S8 (the onnx backend's default), ``disabled`` for S8S8 (TensorRT's proxy).
     Returns the facts (details and a note); the sensitivity report, when measured, is written
     beside ``dest``.
     """
@@ -69,15 +72,19 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
                "onnxruntime": onnxruntime.__version__}
         compute = lambda folder: calibrate_ranges(pre, calibration, batch, method, percentile, folder / RANGES)  # noqa: E731
         with calibrated(cache, "onnx", key, compute) as (entry, cache_facts):
-            def write(out: Path, exclude: list[str]) -> None:
-                _quantize_static(pre, out, entry.path / RANGES, method, activations, exclude, **weights)
+            def write(out: Path, exclude: list[str], only: str | None = None) -> None:
+                _quantize_static(pre, out, entry.path / RANGES, method, activations, exclude, only=only, **weights)
 
             def measure(sample: Dataset, size: int) -> list[LayerSensitivity]:
                 write(Path(work) / "all.onnx", [])
                 return layer_sensitivity(pre, Path(work) / "all.onnx", sample, size, Path(work))
 
+            def one_layer(sample: Dataset, size: int) -> OneLayerRuns:
+                level = graph_optimization or ("all" if activations == "uint8" else "disabled")
+                return one_layer_runs(pre, lambda out, node: write(out, [], node), sample, size, Path(work), level)
+
             report, excluded = sensitivity_and_fallback(sensitivity, keep_float, calibration, (batch, False),
-                                                        Path(dest).parent, measure)
+                                                        Path(dest).parent, measure, one_layer)
             with atomic_output(Path(dest)) as out:
                 write(out, excluded)
     done = Quantized.describe("static", f"ONNX Runtime QDQ {FORMS[activations]}", format="QDQ",
@@ -171,7 +178,9 @@ def calibrate_ranges(model: Path, data: Dataset, batch: int, method: str, percen
 
 
 def _quantize_static(pre: Path, out: Path, ranges: Path, method: str, activations: Activations,
-                     exclude: list[str], per_channel: bool, quantize_bias: bool, reduce_range: bool) -> None:
+                     exclude: list[str], per_channel: bool, quantize_bias: bool, reduce_range: bool,
+                     only: str | None = None) -> None:
+    """quantize_static from the cached ``ranges``: every node but ``exclude``, or ``only`` that one."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     symmetric = activations == "int8-symmetric"
@@ -179,6 +188,7 @@ def _quantize_static(pre: Path, out: Path, ranges: Path, method: str, activation
                     reduce_range=reduce_range,
                     activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                     weight_type=QuantType.QInt8, nodes_to_exclude=exclude,
+                    nodes_to_quantize=[only] if only else None,
                     calibrate_method=CalibrationMethod[ORT_METHODS[method]],
                     extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True,
                                    "QuantizeBias": quantize_bias},
@@ -205,6 +215,30 @@ def layer_sensitivity(float_model: Path, qdq_model: Path, data: Dataset, batch: 
         if m.get("float") and node is not None and node.op_type in LAYER_OPS:
             layers.append(LayerSensitivity(node.name, node.op_type, sqnr_of(m["float"], m["post_qdq"])))
     return layers
+
+
+def one_layer_runs(float_model: Path, write_only: Callable[[Path, str], None], data: Dataset, batch: int,
+                   work: Path, level: str) -> OneLayerRuns:
+    """The float model's outputs and, for any node, those of a QDQ model with only that node quantized:
+    ``write_only`` is quantize_static with ``nodes_to_quantize`` (the same cached ranges and settings as
+    the variant, so the node's input, weight, bias and output Q/DQ are the variant's own). Each model
+    is run by ONNX Runtime as a job loads it, at graph optimization ``level``."""
+    def only(node: str) -> Outputs:
+        write_only(work / "one-layer.onnx", node)
+        return run_outputs(work / "one-layer.onnx", data, batch, level)
+
+    return OneLayerRuns(run_outputs(float_model, data, batch, level), only)
+
+
+def run_outputs(path: Path, data: Dataset, batch: int, level: str) -> Outputs:
+    """Every output of the model at ``path`` on ``data``, ``batch`` samples a run."""
+    from edgeship.devices.runner import open_runner
+
+    runner = open_runner("onnxruntime", str(path), {"graph_optimization": level})
+    try:
+        return [runner.infer(list(part.values())) for part in data.batches(batch)]
+    finally:
+        runner.close()
 
 
 def _computing_node(producers: dict[str, Any], tensor: str) -> Any:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeship.cache import Cache, CacheEntry
+from edgeship.quantize.sensitivity import sensitivity_note
 
 
 @dataclass
@@ -22,7 +23,8 @@ class Quantized:
 
     @classmethod
     def describe(cls, scheme: str, engine: str, **facts: Any) -> Quantized:
-        """Details plus the standard note: scheme, engine, method, samples, weights, cache."""
+        """Details plus the standard note (scheme, engine, method, samples, weights, cache), and a
+        second one when the sensitivity report fell back to the accumulated ranking."""
         details = {"scheme": scheme, "engine": engine, **facts}
         parts = [f"int8 {scheme}: {engine}"]
         calibration = facts.get("calibration") or {}
@@ -36,7 +38,7 @@ class Quantized:
             parts.append(f"calibration cache {calibration['cache']}")
         if facts.get("kept_float"):
             parts.append("kept in float: " + ", ".join(facts["kept_float"]))
-        return cls(details, ["; ".join(parts)])
+        return cls(details, ["; ".join(parts), *sensitivity_note(facts.get("sensitivity"))])
 
 
 @contextlib.contextmanager

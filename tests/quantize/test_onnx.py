@@ -11,6 +11,7 @@ import pytest
 from edgeship import metrics
 from edgeship.cache import Cache
 from edgeship.quantize import onnx as qonnx
+from tests.quantize.conftest import keeps_the_culprit
 
 
 def _run(path: Path, x: np.ndarray, level: str = "all") -> np.ndarray:
@@ -73,8 +74,9 @@ def test_quantize_qdq_keep_float_leaves_the_worst_nodes_unquantized(tiny_onnx, c
     dest = tmp_path / "kf" / "model.onnx"
     done = qonnx.quantize_qdq(tiny_onnx, dest, calib_data, keep_float=1, method="percentile")
     report = json.loads((dest.parent / "sensitivity.json").read_text())
-    sqnrs = [row["sqnr_db"] for row in report["layers"] if row["sqnr_db"] is not None]
+    sqnrs = [row["own_sqnr_db"] for row in report["layers"] if row["own_sqnr_db"] is not None]
     assert sqnrs == sorted(sqnrs) and report["layers"][0]["layer"] == done.details["kept_float"][0]
+    assert report["keep_float_ranking"] == "own" and all("sqnr_db" in row for row in report["layers"])
     kept = next(n for n in onnx.load(str(dest)).graph.node if n.name == done.details["kept_float"][0])
     assert kept.op_type in ("Conv", "Gemm") and not kept.input[1].endswith("DequantizeLinear_Output")
     quantized = [n for n in onnx.load(str(dest)).graph.node if n.op_type == kept.op_type and n.name != kept.name]
@@ -94,3 +96,11 @@ def test_quantize_dynamic_onnx_quantizes_gemm_only(tiny_onnx, tmp_path) -> None:
 def test_quantize_qdq_histogram_methods_calibrate(tiny_onnx, calib_data, tmp_path, method) -> None:
     done = qonnx.quantize_qdq(tiny_onnx, tmp_path / f"{method}.onnx", calib_data, method=method, sensitivity=False)
     assert done.details["method"] == method and (tmp_path / f"{method}.onnx").stat().st_size > 0
+
+
+def test_quantize_qdq_keep_float_keeps_the_layer_whose_own_error_costs_most(lower_culprit, culprit_model) -> None:
+    kept, all_int8, one_float = keeps_the_culprit(lower_culprit, culprit_model, "onnx", "export")
+    model = onnx.load(str(kept.path))
+    (first,) = [n for n in model.graph.node if n.name == kept.details["quantization"]["kept_float"][0]]
+    assert first.input[0] == model.graph.input[0].name  # the first layer, reading the float input
+    assert one_float > all_int8 + 8, (all_int8, one_float)
