@@ -15,8 +15,9 @@ detector with its own NMS converts to), the next is used (full, fast, none), rec
 ``bias_correction`` and ``bias_correction_refused`` and said in the notes.
 
 Per-layer sensitivity compares each convolution's and MatMul's output in the quantized model with
-the float model's (both compiled with f32 inference, outputs added at those nodes); ``keep_float``
-puts the worst in NNCF's ignored scope. The quantized model is cached, keyed by the float IR's
+the float model's (both compiled with f32 inference, outputs added at those nodes), and measures
+each layer's own contribution: the float IR with that layer alone made as the quantized IR has it
+(``one_layer_runs``); ``keep_float`` puts the worst by the latter in NNCF's ignored scope. The quantized model is cached, keyed by the float IR's
 sha256, the samples' sha256, every setting and NNCF's version.
 """
 from __future__ import annotations
@@ -38,7 +39,14 @@ from edgeship.errors import LoweringError, first_line
 from edgeship.lowering.registry import OPENVINO_QUANTIZATION
 from edgeship.quantize.cpu_choice import choose_overflow_fix, cpu_details, this_machine
 from edgeship.quantize.quantized import Quantized, calibrated
-from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fallback, sqnr_of
+from edgeship.quantize.sensitivity import (
+    LayerSensitivity,
+    NotMeasurable,
+    OneLayerRuns,
+    Outputs,
+    sensitivity_and_fallback,
+    sqnr_of,
+)
 from edgeship.quantize.settings import QuantizationSettings
 
 QUANTIZED_XML = "quantized.xml"
@@ -46,6 +54,7 @@ BIAS_FILE = "bias_correction.json"  # beside the cached quantized IR: the bias c
 BIAS_CORRECTIONS = ("full", "fast", "none")  # NNCF's, tried in this order from the one the options ask
 TORCH_CUDA_LOGGER = "torch.utils.cpp_extension"
 WEIGHTED_OPS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "MatMul")
+WALK = 4  # ops between a layer and the FakeQuantize NNCF put on its input, at most
 
 
 def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
@@ -90,8 +99,11 @@ def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
         def measure(sample: Dataset, size: int) -> list[LayerSensitivity]:
             return layer_sensitivity(core, core.read_model(str(float_xml)), quantized([]), sample, size)
 
+        def one_layer(sample: Dataset, size: int) -> OneLayerRuns:
+            return one_layer_runs(core, core.read_model(str(float_xml)), quantized([]), sample, size)
+
         report, excluded = sensitivity_and_fallback(settings.sensitivity, settings.keep_float, data, (batch, False),
-                                                    Path(request.dest).parent, measure)
+                                                    Path(request.dest).parent, measure, one_layer)
         result = quantized(excluded)
     fq = sum(1 for op in result.get_ordered_ops() if op.get_type_name() == "FakeQuantize")
     if fq == 0:
@@ -213,6 +225,144 @@ def layer_sensitivity(core: Any, float_model: Any, quantized: Any, data: Dataset
         runs[label] = per_layer
     return [LayerSensitivity(name, float_ops[name].get_type_name(), sqnr_of(runs["float"][i], runs["int8"][i]))
             for i, name in enumerate(names)]
+
+
+def one_layer_runs(core: Any, float_model: Any, quantized: Any, data: Dataset, batch: int) -> OneLayerRuns:
+    """The float model's outputs and, for any layer, those of the float model with that layer alone
+    as the quantized model computes it (``with_layer_quantized``), both compiled with f32 inference
+    as the accumulated measure compiles them. NNCF is not run again: the quantized model's
+    FakeQuantize ranges, int8 weights and corrected biases are copied, one layer at a time.
+
+    Bias correction: the layer's bias is the one NNCF corrected. NNCF's fast bias correction
+    computes that shift from the layer's own weight quantization on float inputs, so it belongs to
+    this measure; the full one computes it on the quantized model's inputs to the layer, so it also
+    cancels the mean error of the quantized layers upstream, which are float here: the layer's
+    figure then includes that over-correction. Every other layer keeps its float bias."""
+    float_names = {op.get_friendly_name() for op in weighted_ops(float_model)}
+    quant_ops = {op.get_friendly_name(): op for op in weighted_ops(quantized) if op.get_friendly_name() in float_names}
+    values = layer_constants(list(quant_ops.values()))
+
+    def only(name: str) -> Outputs:
+        if name not in quant_ops:
+            raise NotMeasurable(f"layer {name} is not in both the float and the quantized IR")
+        return run_outputs(core, with_layer_quantized(float_model, quant_ops[name], values), data, batch)
+
+    return OneLayerRuns(run_outputs(core, float_model, data, batch), only)
+
+
+def with_layer_quantized(float_model: Any, quant_op: Any, values: dict[tuple[str, Any], np.ndarray]) -> Any:
+    """A copy of ``float_model`` whose layer named as ``quant_op`` (the same layer in the quantized
+    model) reads its inputs as ``quant_op`` does: the FakeQuantize nodes on its activation inputs
+    copied in, on this layer's edges only, and its weights and the bias added after it replaced by
+    the quantized model's ``values`` (``layer_constants``). Every other layer stays float."""
+    model = float_model.clone()
+    name = quant_op.get_friendly_name()
+    op = next(o for o in weighted_ops(model) if o.get_friendly_name() == name)
+    for port in range(op.get_input_size()):
+        if (name, port) in values:
+            _set_constant(op.input(port), values[(name, port)], name)
+        else:
+            _copy_fake_quantize(op, port, quant_op)
+    bias = _bias_input(op)
+    if bias is not None and (name, "bias") in values:
+        _set_constant(bias, values[(name, "bias")], name)
+    return model
+
+
+def layer_constants(ops: list[Any]) -> dict[tuple[str, Any], np.ndarray]:
+    """What the quantized model computes from constants alone for each layer in ``ops``, keyed by
+    (layer, input port) and (layer, "bias"): its weights (the int8 values times their scales, as its
+    kernels use them) and the bias added right after it. All are computed in one f32 compilation."""
+    import openvino as ov
+    import openvino.opset13 as opset
+
+    wanted: dict[tuple[str, Any], Any] = {}
+    for op in ops:
+        name = op.get_friendly_name()
+        for port in range(op.get_input_size()):
+            if _from_constants(op.input_value(port).get_node()):
+                wanted[(name, port)] = op.input_value(port)
+        bias = _bias_input(op)
+        if bias is not None:
+            wanted[(name, "bias")] = bias.get_source_output()
+    if not wanted:
+        return {}
+    results = [opset.result(output) for output in wanted.values()]  # new readers: look nothing up after this
+    compiled = ov.Core().compile_model(ov.Model(results, [], "layer-constants"), "CPU",
+                                       {"INFERENCE_PRECISION_HINT": "f32"})
+    computed = compiled.create_infer_request().infer({})
+    return {key: np.array(computed[i]) for i, key in enumerate(wanted)}
+
+
+def _from_constants(node: Any, depth: int = 8) -> bool:
+    """Whether ``node`` is computed from constants alone (weights, their scales, a bias)."""
+    if node.get_type_name() == "Constant":
+        return True
+    if depth == 0 or node.get_type_name() in ("Parameter", "ReadValue") or node.get_input_size() == 0:
+        return False
+    return all(_from_constants(node.input_value(i).get_node(), depth - 1) for i in range(node.get_input_size()))
+
+
+def _bias_input(op: Any) -> Any:
+    """The constant input of the Add that alone reads ``op``'s output (the layer's bias), or None."""
+    readers = list(op.output(0).get_target_inputs())
+    if len(readers) != 1 or readers[0].get_node().get_type_name() != "Add":
+        return None
+    other = readers[0].get_node().input(1 - readers[0].get_index())
+    return other if _from_constants(other.get_source_output().get_node()) else None
+
+
+def _set_constant(port: Any, value: np.ndarray, layer: str) -> None:
+    """Feed the input ``port`` from a new constant holding ``value`` (of the shape it had)."""
+    import openvino.opset13 as opset
+
+    shape = port.get_partial_shape()
+    if shape.is_static and list(shape.to_shape()) != list(value.shape):
+        raise NotMeasurable(f"layer {layer}: the quantized IR's constant {list(value.shape)} does not fit "
+                            f"the float IR's {shape}")
+    port.replace_source_output(opset.constant(value.astype(np.float32)).output(0))
+
+
+def _copy_fake_quantize(op: Any, port: Any, quant_op: Any) -> None:
+    """Give ``op``'s input ``port`` the FakeQuantize the quantized model puts there: right in front of
+    the layer, or up to WALK ops further up where NNCF placed it in front of ops that only move
+    data (MaxPool, Reshape, Transpose: one input that is not a constant); no FakeQuantize there,
+    nothing (NNCF left that input float)."""
+    consumer, quant_consumer = op, quant_op
+    for _ in range(WALK):
+        quant_source = quant_consumer.input_value(port).get_node()
+        if quant_source.get_type_name() == "FakeQuantize":
+            _insert_fake_quantize(consumer.input(port), quant_source)
+            return
+        source = consumer.input_value(port).get_node()
+        data_inputs = [i for i in range(quant_source.get_input_size())
+                       if not _from_constants(quant_source.input_value(i).get_node())]
+        if len(data_inputs) != 1 or source.get_type_name() != quant_source.get_type_name():
+            return
+        consumer, quant_consumer, port = source, quant_source, data_inputs[0]
+
+
+def _insert_fake_quantize(port: Any, like: Any) -> None:
+    """A FakeQuantize with the ranges and levels of ``like`` in front of the input ``port``."""
+    import openvino.opset13 as opset
+
+    ranges = []
+    for i in range(1, 5):
+        node = like.input_value(i).get_node()
+        if node.get_type_name() != "Constant":
+            raise NotMeasurable(f"{like.get_friendly_name()}: a FakeQuantize range that is not a constant")
+        ranges.append(opset.constant(node.get_data().copy()))
+    attributes = like.get_attributes()
+    copy = opset.fake_quantize(port.get_source_output(), *ranges, attributes["levels"],
+                               attributes.get("auto_broadcast", "numpy"))
+    port.replace_source_output(copy.output(0))
+
+
+def run_outputs(core: Any, model: Any, data: Dataset, batch: int) -> Outputs:
+    """Every output of ``model`` (compiled with f32 inference) on ``data``, ``batch`` samples a run."""
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    return [[np.array(value) for value in request.infer(item).values()] for item in data.batches(batch)]
 
 
 def weighted_ops(model: Any) -> list[Any]:
