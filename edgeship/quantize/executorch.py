@@ -19,7 +19,14 @@ from edgeship.lowering.capture import Captured, capture_export, free_examples
 from edgeship.lowering.registry import EXECUTORCH_QUANTIZATION
 from edgeship.quantize.observers import CALIBRATION_BATCH, calibrate_observers
 from edgeship.quantize.quantized import Quantized
-from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fallback, sqnr_of
+from edgeship.quantize.sensitivity import (
+    LayerSensitivity,
+    NotMeasurable,
+    OneLayerRuns,
+    Outputs,
+    sensitivity_and_fallback,
+    sqnr_of,
+)
 from edgeship.quantize.settings import QuantizationSettings
 
 LAYER_OPS = ("conv", "linear")  # aten operators reported per layer (conv1d/2d/3d, convolution, linear)
@@ -53,8 +60,9 @@ def _static(request: LowerRequest, settings: QuantizationSettings) -> tuple[Any,
         program, settings.per_channel, method, excluded, data, batch, request.cache, key)
     prepared, converted, facts = convert([], key)
     measure = lambda sample, size: layer_sensitivity(prepared, converted, sample, size)  # noqa: E731
+    one_layer = lambda sample, size: one_layer_runs(prepared, sample, size)  # noqa: E731
     report, excluded = sensitivity_and_fallback(settings.sensitivity, settings.keep_float, data, batch,
-                                                request.dest.parent, measure)
+                                                request.dest.parent, measure, one_layer)
     if excluded:
         _, converted, facts = convert(excluded, {**key, "kept_float": excluded})
     return _export(converted, captured), Quantized.describe(
@@ -111,13 +119,48 @@ def xnnpack_quantizer(per_channel: bool, method: str | None, excluded: list[str]
 def layer_sensitivity(reference: Any, converted: Any, data: Dataset, batch: int) -> list[LayerSensitivity]:
     """Each conv / linear output (after its quantize-dequantize, as the next layer sees it) in the
     converted model against the same node in the float (prepared) model; named by owning module."""
-    layers = {n.name: n for n in reference.graph.nodes if n.op == "call_function"
-              and any(k in str(n.target) for k in LAYER_OPS) and n.meta.get("nn_module_stack")}
+    layers = layer_nodes(reference)
     seen = {_after_qdq(n).name: n.name for n in converted.graph.nodes if n.name in layers}
     ref = node_outputs(reference, {name: name for name in layers}, data, batch)
     out = node_outputs(converted, seen, data, batch)
-    return [LayerSensitivity(list(node.meta["nn_module_stack"].values())[-1][0], str(node.target).split(".")[1],
-                             sqnr_of(ref[name], out[name])) for name, node in layers.items() if name in out]
+    return [LayerSensitivity(_owner(node), str(node.target).split(".")[1], sqnr_of(ref[name], out[name]))
+            for name, node in layers.items() if name in out]
+
+
+def layer_nodes(prepared: Any) -> dict[str, Any]:
+    """The conv / linear calls of a prepared graph that belong to a module, by node name."""
+    return {n.name: n for n in prepared.graph.nodes if n.op == "call_function"
+            and any(k in str(n.target) for k in LAYER_OPS) and n.meta.get("nn_module_stack")}
+
+
+def _owner(node: Any) -> str:
+    """The module a node's call belongs to (the name the quantizer's filter takes)."""
+    return list(node.meta["nn_module_stack"].values())[-1][0]
+
+
+def one_layer_runs(reference: Any, data: Dataset, batch: int) -> OneLayerRuns:
+    """The float model's outputs and, for any layer (module), those of the calibrated prepared graph
+    with only that module's observers quantizing: its input activations and weights (on its own
+    edges) and its output (after a fused activation), each with the observer's own
+    ``calculate_qparams()``, the parameters convert_pt2e writes into the quantize-dequantize pairs it
+    puts there, through the same quantized_decomposed ops; every other observer passes its input
+    through. This is the converted graph's arithmetic, not XNNPACK's int8 kernels (which may round
+    requantization differently by a step). Batch norm is folded as the prepared graph has it."""
+    import functools
+
+    from edgeship.quantize.observers import OneLayer, QuantParams, one_layer_plan, run_one_layer
+
+    by_module: dict[str, list[Any]] = {}
+    for node in layer_nodes(reference).values():
+        by_module.setdefault(_owner(node), []).append(node)
+    qparams = functools.cache(QuantParams.of)
+
+    def only(name: str) -> Outputs:
+        if name not in by_module:
+            raise NotMeasurable(f"no conv or linear call of module {name} in the prepared graph")
+        return run_one_layer(reference, one_layer_plan(reference, by_module[name], qparams), data, batch)
+
+    return OneLayerRuns(run_one_layer(reference, OneLayer(), data, batch), only)
 
 
 def _after_qdq(node: Any) -> Any:

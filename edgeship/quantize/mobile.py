@@ -28,7 +28,14 @@ from edgeship.quantize.observers import (
     takes_any_batch,
 )
 from edgeship.quantize.quantized import Quantized
-from edgeship.quantize.sensitivity import LayerSensitivity, sensitivity_and_fallback, sqnr_of
+from edgeship.quantize.sensitivity import (
+    LayerSensitivity,
+    NotMeasurable,
+    OneLayerRuns,
+    Outputs,
+    sensitivity_and_fallback,
+    sqnr_of,
+)
 from edgeship.quantize.settings import QuantizationSettings
 
 ENGINES = ("qnnpack", "x86", "fbgemm")
@@ -82,22 +89,22 @@ def _static(request: LowerRequest, settings: QuantizationSettings, engine: str) 
     batch = (CALIBRATION_BATCH if flexible else int(example[0].shape[0]), flexible)
     key = {"kind": "fx-static", "engine": engine, "weights_sha256": request.captured.model.state_sha256,
            "method": method, "per_channel": settings.per_channel}
-    quantized, facts, found = _calibrate_and_convert(module, example,
-                                                     qconfig_mapping(engine, method, settings.per_channel, []),
-                                                     data, batch, request.cache, key)
+    quantized, facts, found, prepared = _calibrate_and_convert(
+        module, example, qconfig_mapping(engine, method, settings.per_channel, []), data, batch, request.cache, key)
     report, excluded = None, []
     if found.whole:
         measure = lambda sample, size: layer_sensitivity(module, quantized, sample, size)  # noqa: E731
+        one_layer = lambda sample, size: one_layer_runs(prepared, sample, size)  # noqa: E731
         report, excluded = sensitivity_and_fallback(settings.sensitivity, settings.keep_float, data, batch,
-                                                    request.dest.parent, measure)
+                                                    request.dest.parent, measure, one_layer)
     elif settings.keep_float:
         raise LoweringError("keep_float needs the per-layer sensitivity report, which torch.fx's numeric suite "
                             "makes only for a model it traces whole; this one was quantized by parts "
                             f"({found.note()}). Leave keep_float out for this model.")
     if excluded:
         mapping = qconfig_mapping(engine, method, settings.per_channel, excluded)
-        quantized, facts, found = _calibrate_and_convert(module, example, mapping, data, batch, request.cache,
-                                                         {**key, "kept_float": excluded})
+        quantized, facts, found, _ = _calibrate_and_convert(module, example, mapping, data, batch, request.cache,
+                                                            {**key, "kept_float": excluded})
     result = Quantized.describe(
         "static", f"PyTorch FX graph mode, {engine} engine", quantized_engine=engine, method=method,
         samples=len(data), per_channel=settings.per_channel, kept_float=excluded, sensitivity=report,
@@ -118,7 +125,10 @@ def _parts_details(found: FxParts) -> dict[str, Any]:
 
 def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, data: Dataset,
                            batch: tuple[int, bool], cache: Cache | None, key: dict[str, Any],
-                           ) -> tuple[Any, dict[str, Any], FxParts]:
+                           ) -> tuple[Any, dict[str, Any], FxParts, Any]:
+    """prepare_fx (whole or by parts), calibrate (or restore from the cache), convert_fx: the
+    quantized model, the cache facts, the parts, and a copy of the calibrated prepared model when
+    traced whole (convert_fx changes the prepared graph it is given)."""
     from torch.ao.quantization.fx.custom_config import PrepareCustomConfig
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
@@ -135,7 +145,8 @@ def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, 
                     'Use quantization = { scheme = "dynamic" } (int8 nn.Linear, no tracing) for this model.'):
         found = prepare_parts(module, example, prepare)
     facts = calibrate_observers(found.module, data, batch[0], cache, key, flexible=batch[1])
-    return convert_parts(found, convert_fx), facts, found
+    prepared = copy.deepcopy(found.module) if found.whole else None
+    return convert_parts(found, convert_fx), facts, found, prepared
 
 
 def qconfig_mapping(engine: str, method: str, per_channel: bool, excluded: list[str]) -> Any:
@@ -173,6 +184,50 @@ def layer_sensitivity(module: Any, quantized: Any, data: Dataset, batch: int) ->
             sqnr = sqnr_of([_numpy(v) for v in ref["values"]], [_numpy(v) for v in out["values"]])
             layers.append(LayerSensitivity(modules[name], kind, sqnr))
     return layers
+
+
+def one_layer_runs(prepared: Any, data: Dataset, batch: int) -> OneLayerRuns:
+    """The float model's outputs and, for any layer (module), those of the calibrated prepared graph
+    with only that layer quantized: its input and output observers quantizing with their own
+    ``calculate_qparams()`` (what convert_fx gives the quantize op before it and the quantized
+    module's output scale), its weight by a fresh observer of its qconfig's weight kind
+    (``with_quantized_weight``, as convert_fx quantizes weights); every other observer passes its
+    input through. The arithmetic is float on quantized values: the engine's int8 kernels add an
+    int32 bias and round once more when they requantize, a step at most."""
+    import functools
+
+    from edgeship.quantize.observers import OneLayer, QuantParams, one_layer_plan, run_one_layer
+
+    qparams = functools.cache(QuantParams.of)
+
+    def only(name: str) -> Outputs:
+        nodes = [n for n in prepared.graph.nodes if n.op == "call_module" and n.target == name]
+        if not nodes:
+            raise NotMeasurable(f"no call of module {name} in the prepared graph")
+        plan = one_layer_plan(prepared, nodes, qparams)
+        plan.modules[name] = with_quantized_weight(prepared.get_submodule(name))
+        return run_one_layer(prepared, plan, data, batch)
+
+    return OneLayerRuns(run_one_layer(prepared, OneLayer(), data, batch), only)
+
+
+def with_quantized_weight(layer: Any) -> Any:
+    """A copy of a prepared FX layer (a Conv or Linear, or a fused module holding one, batch norm
+    already folded in) with its weight quantized and dequantized as convert_fx quantizes it: by a
+    fresh observer of the layer's ``qconfig.weight`` kind that has seen that weight."""
+    import torch
+    from torch.ao.nn.intrinsic import _FusedModule
+
+    from edgeship.quantize.observers import QuantParams
+
+    copied = copy.deepcopy(layer)
+    inner = copied[0] if isinstance(copied, _FusedModule) else copied
+    observer = layer.qconfig.weight()
+    observer(inner.weight.detach())
+    params = QuantParams.of(observer)
+    if params is not None:
+        inner.weight = torch.nn.Parameter(params.apply(inner.weight.detach()), requires_grad=False)
+    return copied
 
 
 def _numpy(tensor: Any) -> Any:

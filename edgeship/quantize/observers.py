@@ -6,10 +6,16 @@ state (min/max, histograms) is all that convert needs. That state is what the ca
 by the prepared graph's code (which also fixes where observers sit and which layers stay float),
 the weights, the samples and the quantization settings. On a hit the same prepared model is
 built again and the observers' state loaded: no sample is run.
+
+The own-contribution sensitivity (``quantize/sensitivity.py``) runs the calibrated prepared graph
+with one layer quantized at a time: ``one_layer_plan`` picks that layer's observers and
+``run_one_layer`` runs the graph with those quantizing and every other observer passed through.
 """
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +28,11 @@ OBSERVERS_FILE = "observers.pt"
 CALIBRATION_BATCH = 32
 
 
-def observers(prepared: Any) -> dict[str, Any]:
-    """The observer modules of a prepared model, by name."""
-    return {name: m for name, m in prepared.named_modules()
+def observers(prepared: Any, every_name: bool = False) -> dict[str, Any]:
+    """The observer modules of a prepared model, by name; with ``every_name``, also the further
+    names of an observer shared by several tensors (as FX and PT2E share one for tensors that must
+    have the same quantization)."""
+    return {name: m for name, m in prepared.named_modules(remove_duplicate=not every_name)
             if name.rsplit(".", 1)[-1].startswith("activation_post_process") and hasattr(m, "calculate_qparams")}
 
 
@@ -78,3 +86,128 @@ def calibrate_observers(prepared: Any, data: Dataset, batch: int, cache: Cache |
             for name, module in observers(prepared).items():
                 module.load_state_dict(states[name])
     return facts
+
+
+@dataclass(frozen=True)
+class QuantParams:
+    """One observer's quantization, as convert writes it: its own ``calculate_qparams()`` (computed
+    once; the observer's statistics are never updated), its integer range and dtype, per tensor
+    or per channel along ``axis``."""
+
+    scale: Any
+    zero_point: Any
+    quant_min: int
+    quant_max: int
+    dtype: Any
+    axis: int | None
+
+    @classmethod
+    def of(cls, observer: Any) -> QuantParams | None:
+        """The observer's quantization; None for one that does not quantize to integers."""
+        import torch
+
+        dtype = {torch.quint8: torch.uint8, torch.qint8: torch.int8, torch.qint32: torch.int32}.get(
+            observer.dtype, observer.dtype)
+        if dtype not in (torch.uint8, torch.int8, torch.int16, torch.uint16, torch.int32):
+            return None
+        scale, zero_point = observer.calculate_qparams()
+        per_channel = observer.qscheme in (torch.per_channel_symmetric, torch.per_channel_affine)
+        return cls(scale, zero_point, int(observer.quant_min), int(observer.quant_max), dtype,
+                   int(observer.ch_axis) if per_channel else None)
+
+    def apply(self, x: Any) -> Any:
+        """``x`` quantized and dequantized, with the quantized_decomposed ops convert_pt2e writes."""
+        import torch
+        import torch.ao.quantization.fx._decomposed  # noqa: F401  registers torch.ops.quantized_decomposed
+
+        ops = torch.ops.quantized_decomposed
+        limits = (self.quant_min, self.quant_max, self.dtype)
+        if self.axis is None:
+            scale, zero_point = float(self.scale), int(self.zero_point)
+            return ops.dequantize_per_tensor(ops.quantize_per_tensor(x, scale, zero_point, *limits),
+                                             scale, zero_point, *limits)
+        scale, zero_point = self.scale.to(torch.float32), self.zero_point.to(torch.int64)
+        return ops.dequantize_per_channel(ops.quantize_per_channel(x, scale, zero_point, self.axis, *limits),
+                                          scale, zero_point, self.axis, *limits)
+
+
+@dataclass
+class OneLayer:
+    """Where a calibrated prepared graph quantizes when only one layer is: the quantization of
+    some inputs of the layer's nodes (on those edges only: other readers of the same tensor stay
+    float), of the observer nodes after its outputs (for every reader, as convert does), and the
+    modules called instead of the layer's own (FX keeps weights inside its modules). Every other
+    observer passes its input through."""
+
+    inputs: dict[str, dict[int, QuantParams]] = field(default_factory=dict)  # node -> {argument: qparams}
+    outputs: dict[str, QuantParams] = field(default_factory=dict)            # observer node -> qparams
+    modules: dict[str, Any] = field(default_factory=dict)                    # call_module target -> module
+
+
+def one_layer_plan(prepared: Any, nodes: list[Any], qparams: Callable[[Any], QuantParams | None]) -> OneLayer:
+    """The observers that belong to ``nodes`` (one layer's calls in ``prepared``): each observer an
+    argument comes from (input activation, and weight in PT2E), and the first observer after the
+    node's output, through a fused activation (conv-relu). ``qparams(observer)`` computes or
+    recalls an observer's quantization."""
+    found = observers(prepared, every_name=True)
+    plan = OneLayer()
+    for node in nodes:
+        plan.inputs[node.name] = {i: q for i, arg in enumerate(node.args)
+                                  if _observer_node(arg, found) and (q := qparams(found[arg.target])) is not None}
+        after = _output_observer(node, found)
+        if after is not None and (q := qparams(found[after.target])) is not None:
+            plan.outputs[after.name] = q
+    return plan
+
+
+def _observer_node(node: Any, found: dict[str, Any]) -> bool:
+    return getattr(node, "op", None) == "call_module" and node.target in found
+
+
+def _output_observer(node: Any, found: dict[str, Any], steps: int = 2) -> Any:
+    """The observer reading ``node``'s output, directly or through up to ``steps`` single-input ops."""
+    for _ in range(steps + 1):
+        users = list(node.users)
+        if len(users) != 1:
+            return None
+        node = users[0]
+        if _observer_node(node, found):
+            return node
+        if len(node.all_input_nodes) != 1:
+            return None
+    return None
+
+
+def run_one_layer(prepared: Any, plan: OneLayer, data: Dataset, batch: int) -> list[list[Any]]:
+    """The outputs of ``prepared`` on ``data`` (``batch`` samples a run, each output as a numpy
+    array) with only ``plan``'s observers quantizing; an empty plan gives the float model's."""
+    import torch
+
+    found = observers(prepared, every_name=True)
+
+    class OneLayerInterpreter(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            if n.op == "call_module" and n.target in found:  # an observer: never called, so never updated
+                value = self.env[n.args[0]]
+                return plan.outputs[n.name].apply(value) if n.name in plan.outputs else value
+            if n.name not in plan.inputs and not (n.op == "call_module" and n.target in plan.modules):
+                return super().run_node(n)
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            args = tuple(plan.inputs.get(n.name, {})[i].apply(a) if i in plan.inputs.get(n.name, {}) else a
+                         for i, a in enumerate(args))
+            if n.op == "call_module" and n.target in plan.modules:
+                return plan.modules[n.target](*args, **kwargs)
+            return getattr(self, n.op)(n.target, args, kwargs)
+
+    with torch.no_grad():
+        return [_numpy_leaves(OneLayerInterpreter(prepared).run(*[torch.from_numpy(a) for a in part.values()]))
+                for part in data.batches(batch)]
+
+
+def _numpy_leaves(out: Any) -> list[Any]:
+    """The tensors of a model's output structure (tuples, lists, dicts), as numpy arrays."""
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [leaf for item in out for leaf in _numpy_leaves(item)]
+    return [out.detach().numpy().copy()] if hasattr(out, "detach") else []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.quantize.conftest import sqnr_vs_eager
+from tests.quantize.conftest import keeps_the_culprit, sqnr_vs_eager
 
 
 def test_executorch_static_int8_is_delegated_and_close_to_float(lower_int8, tiny_model, calib_data) -> None:
@@ -82,3 +82,10 @@ def xnnpack_graphs(pte: Path) -> Iterator[dict]:
             _flatc_decompile(tmp, str(Path(tmp) / "schema.fbs"), str(Path(tmp) / "graph.bin"), ["--raw-binary"])
             text = (Path(tmp) / "graph.json").read_text()
         yield json.loads(re.sub(r'(?<![\w"])(-?)inf\b', r"\1Infinity", text))  # flatc writes bare inf
+
+
+def test_executorch_keep_float_keeps_the_layer_whose_own_error_costs_most(lower_culprit, culprit_model) -> None:
+    kept, all_int8, one_float = keeps_the_culprit(lower_culprit, culprit_model, "executorch", "export",
+                                                  partitioner="xnnpack")
+    assert kept.details["quantization"]["kept_float"] == ["first"]
+    assert one_float > all_int8 + 8, (all_int8, one_float)

@@ -5,7 +5,7 @@ import json
 
 from edgeship.cache import Cache
 from edgeship.quantize import observers
-from tests.quantize.conftest import sqnr_vs_eager
+from tests.quantize.conftest import keeps_the_culprit, sqnr_vs_eager
 
 
 def test_mobile_static_qnnpack_runs_in_the_lite_interpreter(lower_int8, tiny_model, calib_data) -> None:
@@ -42,8 +42,8 @@ def test_mobile_keep_float_keeps_the_worst_layer_float(lower_int8, tmp_path) -> 
     report = json.loads((artifact.path.parent / "sensitivity.json").read_text())
     assert q["kept_float"] == [report["layers"][0]["layer"]] == [q["sensitivity"]["worst"][0]["layer"]]
     assert {row["layer"] for row in report["layers"]} >= {"stem.0", "dw", "pw", "head"}
-    sqnrs = [row["sqnr_db"] for row in report["layers"]]
-    assert sqnrs == sorted(sqnrs)
+    sqnrs = [row["own_sqnr_db"] for row in report["layers"]]
+    assert sqnrs == sorted(sqnrs) and all(row["sqnr_db"] is not None for row in report["layers"])
 
 
 def test_mobile_second_build_restores_calibration_from_the_cache(lower_int8, calib_data, tmp_path, monkeypatch) -> None:
@@ -81,3 +81,10 @@ def test_mobile_int8_of_a_dict_output_model_is_traced_as_the_float_one() -> None
     traced = capture_like(SimpleNamespace(method="trace", example_inputs=(x,)), module)
     features, logits = traced(x)
     assert torch.equal(features, x.relu()) and logits.shape == (1, 4)
+
+
+def test_mobile_keep_float_keeps_the_layer_whose_own_error_costs_most(lower_culprit, culprit_model) -> None:
+    kept, all_int8, one_float = keeps_the_culprit(lower_culprit, culprit_model, "pytorch-mobile", "trace",
+                                                  engine="qnnpack")
+    assert kept.details["quantization"]["kept_float"] == ["first"]
+    assert one_float > all_int8 + 8, (all_int8, one_float)
