@@ -186,19 +186,18 @@ def _round(value: float | None) -> float | None:
 
 def sensitivity_and_fallback(wanted: bool, keep_float: int, data: Dataset, batch: tuple[int, bool], folder: Path,
                              measure: Callable[[Dataset, int], list[LayerSensitivity]],
-                             one_layer: Callable[[Dataset, int], OneLayerRuns] | None = None,
+                             one_layer: Callable[[Dataset, int], OneLayerRuns],
                              ) -> tuple[dict[str, Any] | None, list[str]]:
     """The sensitivity report (when ``wanted``, or needed by ``keep_float``) and the ``keep_float``
     most sensitive layers. ``measure(samples, batch)`` compares the layers (accumulated);
-    ``one_layer(samples, batch)`` runs the model with one layer quantized at a time (own; None: the
-    backend cannot yet, and the report says so); ``batch`` is (size, any size works)."""
+    ``one_layer(samples, batch)`` runs the model with one layer quantized at a time (own);
+    ``batch`` is (size, any size works)."""
     if not (wanted or keep_float):
         return None, []
     sample = data.take(SENSITIVITY_SAMPLES, seed=0)
     size = min(batch[0], len(sample)) if batch[1] else batch[0]
     layers = measure(sample, size)
-    own = (own_contribution(one_layer, sample, size, [s.layer for s in layers]) if one_layer is not None
-           else OwnContribution(not_measured="this backend does not run one layer quantized at a time yet"))
+    own = own_contribution(one_layer, sample, size, [s.layer for s in layers])
     report = sensitivity_summary(layers, own, folder, len(sample))
     return report, [s.layer for s in ranked(layers, own)[:keep_float]]
 
