@@ -17,8 +17,9 @@ detector with its own NMS converts to), the next is used (full, fast, none), rec
 Per-layer sensitivity compares each convolution's and MatMul's output in the quantized model with
 the float model's (both compiled with f32 inference, outputs added at those nodes), and measures
 each layer's own contribution: the float IR with that layer alone made as the quantized IR has it
-(``one_layer_runs``); ``keep_float`` puts the worst by the latter in NNCF's ignored scope. The quantized model is cached, keyed by the float IR's
-sha256, the samples' sha256, every setting and NNCF's version.
+(``one_layer_runs``); ``keep_float`` puts the worst by the latter in NNCF's ignored scope. The
+quantized model is cached, keyed by the float IR's sha256, the samples' sha256, every setting and
+NNCF's version.
 """
 from __future__ import annotations
 

@@ -112,7 +112,8 @@ def outputs_sqnr(reference: Outputs, runs: Outputs, kept: list[int], layer: str)
     pairs = [(ref[i], out[i]) for ref, out in zip(reference, runs) for i in kept]
     changed = [i for ref, out in zip(reference, runs) for i in kept if np.shape(ref[i]) != np.shape(out[i])]
     if changed or len(runs) != len(reference):
-        raise NotMeasurable(f"with only {layer} quantized, output {changed[:1]} changes shape")
+        what = f"output {changed[0]} changes shape" if changed else "the model answers another number of batches"
+        raise NotMeasurable(f"with only {layer} quantized, {what}")
     return sqnr_of([r for r, _ in pairs], [o for _, o in pairs])
 
 
