@@ -31,7 +31,7 @@ from edgeship.outputs import OutputSignature, flatten, signature_of
 from edgeship.profile import Gates, LatencySettings
 from edgeship.results import Accuracy, CpuFacts, GateResult, Latency, OutputAccuracy, TaskAccuracy, now_utc
 from edgeship.shapes import is_dynamic
-from edgeship.tasks.evaluate import GATE_METRICS, TASK_GATES, Output, TaskJudge, task_anchors
+from edgeship.tasks.evaluate import GATE_METRICS, SET_GATES, TASK_GATES, Output, TaskJudge, task_anchors
 
 NON_FINITE = "outputs contain {n} non-finite values (NaN or inf)"
 NOT_INFORMATIVE = "accuracy not informative"
@@ -199,11 +199,12 @@ def check_labels(ref: Reference) -> None:
     """DataError naming the data source when the labels do not fit the task: class indices in
     ``[0, values per sample)`` of the primary output (classification), integer masks [N, H, W] of
     the primary output's size (segmentation), boxes [N, M, 5] of (x1, y1, x2, y2, class) as
-    :func:`edgeship.tasks.evaluate.labelled_boxes` reads them (detection); other tasks read no labels."""
+    :func:`edgeship.tasks.evaluate.labelled_boxes` reads them (detection), group ids [N]
+    (embedding: samples that belong together); other tasks read no labels."""
     labels, source, task = ref.data.labels, ref.data.source, ref.judge.task
     if labels is None or not len(ref.data):
         return
-    if task not in ("classification", "segmentation", "detection"):
+    if task not in ("classification", "segmentation", "detection", "embedding"):
         raise DataError(f"{source}: has labels (y), but task {task} reads none; remove y, or set the model spec's task")
     if task == "detection":
         try:
@@ -212,6 +213,11 @@ def check_labels(ref: Reference) -> None:
             raise DataError(f"{source}: {e}") from None
         return
     outputs = ref.primary
+    if task == "embedding":
+        if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+            raise DataError(f"{source}: embedding labels (y) must be integer group ids [N], one per sample (samples "
+                            f"with the same id belong together); got {labels.dtype} {list(labels.shape)}")
+        return
     if task == "segmentation":
         if labels.ndim != 3 or isinstance(outputs, list) or labels.shape != (outputs.shape[0], *outputs.shape[2:]):
             want = "[N, H, W]" if isinstance(outputs, list) else f"{[outputs.shape[0], *outputs.shape[2:]]}"
@@ -441,7 +447,8 @@ def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[La
     """check_gates on the variant's accuracy, plus the accuracy gates on every other device that
     returned outputs (a device whose runtime computes differently fails the variant too), and a
     failure for every device (and size) where the artifact did not run, or whose outputs differ
-    from the float model's in count, shape or dtype."""
+    from the float model's in count, shape or dtype. Gates on the whole evaluation set
+    (``SET_GATES``) are not judged on the few seeded samples of the min and max sizes."""
     result = check_gates(gates, accuracy, latency, task)
     for row in latency:
         where = row.device + (f" at the {row.size} size" if row.size else "")
@@ -449,7 +456,8 @@ def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[La
         if row.run_error is not None:  # the artifact itself failed there; an unreachable device fails the build
             result.failures.append(f"did not run on {where}: {row.run_error}")
         if row.accuracy is not None and row.accuracy is not accuracy:
-            result.failures += [f"{f} on {where}" for f in check_gates(gates, row.accuracy, [], task).failures
+            row_gates = gates.model_copy(update=dict.fromkeys(SET_GATES)) if row.size else gates
+            result.failures += [f"{f} on {where}" for f in check_gates(row_gates, row.accuracy, [], task).failures
                                 if not (f.startswith(NOT_INFORMATIVE) and f in result.failures)]  # said once
     result.passed = not result.failures
     return result

@@ -65,6 +65,12 @@ class Gates(StrictModel):
         None, ge=0, le=1, description="Task segmentation: lowest share of pixels whose class equals the float's.")
     min_cosine_worst: float | None = Field(
         None, ge=-1, le=1, description="Task embedding: lowest cosine of any one sample's embedding to the float's.")
+    min_recall_at_1_vs_float: float | None = Field(
+        None, ge=0, le=1, description="Task embedding: lowest share of evaluation samples whose nearest other sample "
+                                      "is the one the float model finds (recall@1).")
+    min_spearman_vs_float: float | None = Field(
+        None, ge=-1, le=1, description="Task embedding: lowest Spearman rank correlation of all pairwise "
+                                       "similarities with the float model's.")
     max_p50_ms: float | None = Field(None, gt=0, description="Highest p50 latency (ms) on any device measured.")
 
     def merged(self, override: Gates | None) -> Gates:

@@ -137,17 +137,22 @@ ACCURACY_LABELS = {"top1": "top-1", "top1_drop": "top-1 drop (pts)", "sqnr_db": 
 # Every task metric the pipeline writes, in the order reports show them; mapN stands for any IoU threshold.
 TASK_METRICS = ("map50_vs_float", "recall_vs_float", "precision_vs_float", "mean_iou_vs_float", "map50_vs_labels",
                 "recall_vs_labels", "precision_vs_labels", "mean_iou_vs_labels", "miou_vs_float", "pixel_agreement",
-                "miou_vs_labels", "pixel_accuracy_vs_labels", "cosine_mean", "cosine_worst")
+                "miou_vs_labels", "pixel_accuracy_vs_labels", "cosine_mean", "cosine_worst", "recall_at_1_vs_float",
+                "spearman_vs_float", "recall_at_1_vs_labels")
 # The columns a task's Variants table always has (accuracy fields or task metrics), headline first.
 TASK_COLUMNS = {"classification": ("top1", "top1_drop", "sqnr_db", "agreement"), "generic": ("sqnr_db", "cosine"),
                 "detection": ("map50_vs_float", "recall_vs_float"),
-                "segmentation": ("miou_vs_float", "pixel_agreement"), "embedding": ("cosine_mean", "cosine_worst")}
+                "segmentation": ("miou_vs_float", "pixel_agreement"),
+                "embedding": ("cosine_mean", "cosine_worst")}
 TASK_EXPLAINED = {
     "detection": "Detections of each variant matched against the float model's (vs float) and the labelled "
                  "boxes (vs labels); a detection matches when its IoU is the threshold or more (mAP@0.5: 0.5).",
     "segmentation": "Each pixel's class from each variant against the float model's (mIoU vs float, pixel "
                     "agreement) and against the labelled masks (vs labels).",
-    "embedding": "Cosine similarity of each sample's embedding with the float model's: mean and worst sample.",
+    "embedding": "Cosine similarity of each sample's embedding with the float model's (mean and worst sample); "
+                 "recall@1: the share of samples whose nearest other sample is the one the float model finds (vs "
+                 "float) or is in their own group of the data's labels (vs labels); Spearman: rank correlation of "
+                 "all pairwise similarities with the float model's.",
     "generic": "Outputs compared element by element with the float model's.",
 }
 _MAP = re.compile(r"map(\d+)_vs_(\w+)")
@@ -160,13 +165,13 @@ def metric_label(name: str) -> str:
     found = _MAP.fullmatch(name)
     if found:
         return f"mAP@{int(found[1]) / 100:g} vs {found[2]}"
-    words = {"miou": "mIoU", "iou": "IoU"}
-    return " ".join(words.get(w, w) for w in name.split("_"))
+    words = {"miou": "mIoU", "iou": "IoU", "spearman": "Spearman"}
+    return " ".join(words.get(w, w) for w in name.replace("recall_at_1", "recall@1").split("_"))
 
 
 def metric_text(name: str, value: float) -> str:
     """A task metric's value: cosines as they are, shares (mAP, recall, IoU, agreement) in percent."""
-    if name.startswith("cosine"):
+    if name.startswith(("cosine", "spearman")):
         return f"{value:.4f}"
     if _rank(name) < len(TASK_METRICS):
         return f"{100 * value:.2f}%"

@@ -32,12 +32,16 @@ TASK_GATES = {
     "generic": ("min_sqnr_db", "min_cosine"),
     "detection": ("min_map50_vs_float", "min_recall_vs_float"),
     "segmentation": ("min_miou_vs_float", "min_pixel_agreement"),
-    "embedding": ("min_cosine", "min_cosine_worst"),
+    "embedding": ("min_cosine", "min_cosine_worst", "min_recall_at_1_vs_float", "min_spearman_vs_float"),
 }
 # The task metric each task gate reads (classification and generic gates read accuracy fields).
 GATE_METRICS = {"min_map50_vs_float": "map50_vs_float", "min_recall_vs_float": "recall_vs_float",
                 "min_miou_vs_float": "miou_vs_float", "min_pixel_agreement": "pixel_agreement",
-                "min_cosine_worst": "cosine_worst"}
+                "min_cosine_worst": "cosine_worst", "min_recall_at_1_vs_float": "recall_at_1_vs_float",
+                "min_spearman_vs_float": "spearman_vs_float"}
+# Gates on properties of the whole evaluation set, judged where it ran (not on the few seeded samples
+# a dynamic model also runs at its min and max sizes).
+SET_GATES = ("min_recall_at_1_vs_float", "min_spearman_vs_float")
 
 
 @dataclass
@@ -124,7 +128,7 @@ class TaskJudge:
         if self.task == "embedding":
             i = self.primary()
             ref, out = _stacked(reference[i]), _stacked(candidate[i])
-            return embedding_metrics(ref.reshape(len(ref), -1), out.reshape(len(out), -1))
+            return embedding_metrics(ref.reshape(len(ref), -1), out.reshape(len(out), -1), labels)
         return None
 
     def ground_truth(self, labels: np.ndarray, reference: list[Output]) -> list[Detections]:

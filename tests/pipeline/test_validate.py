@@ -293,3 +293,47 @@ def test_reference_stage_keeps_float_box_labels_and_every_row_is_judged_against_
     again = reference_stage(model, unread, None, {"k": 1}, Cache(tmp_path / "c"), tmp_path / "w")
     assert again.data.labels.tolist() == labels.tolist() and again.sha256 == ref.sha256
     assert accuracy_of(again, again.outputs)[0].task.values == values
+
+
+def embedding_reference(outputs: np.ndarray, labels=None) -> Reference:
+    spec = ModelSpec(name="m", entry="m:build", inputs=[{"name": "x", "shape": [1, 2]}], task="embedding")
+    x = np.arange(len(outputs) * 2, dtype=np.float32).reshape(len(outputs), 2)
+    return Reference(Dataset({"x": x}, None if labels is None else np.asarray(labels), "eval.npz"),
+                     [outputs.astype(np.float32)], ["output"], Path("e.npz"), TaskJudge(spec, ["output"]))
+
+
+def test_check_labels_takes_embedding_groups_and_refuses_other_labels() -> None:
+    out = np.random.default_rng(0).normal(size=(20, 8))
+    check_labels(embedding_reference(out, np.repeat(np.arange(10), 2)))
+    for bad in (np.zeros((20, 2), np.int64), np.linspace(0, 1, 20)):
+        with pytest.raises(DataError, match=r"^eval\.npz: embedding labels \(y\) must be integer group ids \[N\]"):
+            check_labels(embedding_reference(out, bad))
+
+
+def test_embedding_accuracy_holds_the_set_metrics_and_the_group_recall() -> None:
+    rng = np.random.default_rng(1)
+    centres = rng.normal(size=(10, 8))
+    out = np.repeat(centres, 2, axis=0) + 0.01 * rng.normal(size=(20, 8))
+    accuracy, _ = accuracy_of(embedding_reference(out, np.repeat(np.arange(10), 2)), [out.astype(np.float32)])
+    assert accuracy.task.values["recall_at_1_vs_float"] == 1.0 and accuracy.task.values["recall_at_1_vs_labels"] == 1.0
+    assert accuracy.task.values["spearman_vs_float"] == pytest.approx(1.0)
+
+
+def test_set_gates_are_judged_on_the_evaluation_set_not_at_the_min_and_max_sizes() -> None:
+    from edgeship.results import TaskAccuracy
+
+    def acc(recall: float | None) -> Accuracy:
+        values = {"cosine_mean": 0.999, "cosine_worst": 0.995, "recall_at_1_vs_float": recall, "spearman_vs_float": 0.99}
+        notes = {} if recall is not None else {"recall_at_1_vs_float": "needs at least 16 samples; 8 here"}
+        return Accuracy(samples=8, sqnr_db=30.0, cosine=0.999, max_abs_err=0.1, non_finite=0,
+                        task=TaskAccuracy(task="embedding", values=values, notes=notes))
+
+    gates = Gates(min_cosine_worst=0.99, min_recall_at_1_vs_float=0.95)
+    main = acc(0.97)
+    rows = [Latency(device="host", runtime="x", warmup=0, iterations=1, accuracy=main),
+            Latency(device="host", runtime="x", warmup=0, iterations=0, size="min", accuracy=acc(None))]
+    assert check_device_gates(gates, main, rows, "embedding").passed
+    rows.append(Latency(device="board", runtime="x", warmup=0, iterations=1, accuracy=acc(0.90)))
+    assert check_device_gates(gates, main, rows, "embedding").failures == [
+        "recall_at_1_vs_float 0.9 < 0.95 on board"]
+    assert check_gates(gates, acc(0.90), [], "embedding").failures == ["recall_at_1_vs_float 0.9 < 0.95"]

@@ -204,6 +204,18 @@ def test_embedding_shows_cosine_mean_and_worst() -> None:
     assert "| 0.9987 | 0.9901 | 31.5 |" in row(md, "ort-int8")
     n = footnote(md, f"embedding cosine_mean is null: {ALL_ZERO}")
     assert f"| not measured [{n}] | not measured [{n + 1}] | 31.5 |" in row(md, "ort-zero")
+
+
+def test_embedding_shows_the_set_metrics_where_the_results_hold_them() -> None:
+    build = embedding_build()
+    for v in build.variants:
+        if v.accuracy.task.values.get("cosine_mean") is not None:
+            v.accuracy.task.values |= {"recall_at_1_vs_float": 0.975, "spearman_vs_float": 0.99812,
+                                       "recall_at_1_vs_labels": 0.9625}
+    md = render_markdown(report_of(build))
+    assert header(md, "cosine mean")[5:10] == ["cosine mean", "cosine worst", "recall@1 vs float",
+                                               "Spearman vs float", "recall@1 vs labels"]
+    assert "| 0.9987 | 0.9901 | 97.50% | 0.9981 | 96.25% | 31.5 |" in row(md, "ort-int8")
     text = console_text(embedding_build())
     assert "cosine mean" in text and re.search(r"ort-int8 .* 0\.9987 .* 31\.5 ", text)
 
