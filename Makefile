@@ -15,7 +15,7 @@ WEB    := web/node_modules/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,team]'
+	$(BIN)/python -m pip install --quiet -e '.[test,team,trained]'
 	touch $@
 
 # onnxruntime-web (pinned in web/package-lock.json) for the browser device and web bundles. Without
