@@ -148,6 +148,12 @@ class DataSpec(StrictModel):
 
     calibration: str | None = Field(None, description=".npz (x, optional y), image folder, or module:callable.")
     evaluation: str | None = Field(None, description="Same forms; y (labels) gives top-1 accuracy.")
+    sizes: str | None = Field(
+        None, pattern=ENTRY_PATTERN,
+        description="A model with dynamic dimensions: module:callable called with the size (\"min\" or \"max\") "
+                    "that yields input batches at it, as a callable data source does; every artifact is checked on "
+                    "them at those sizes (e.g. the evaluation sentences tokenized to 8 and 128 tokens). Unset: "
+                    "seeded random inputs from each input's range.")
 
     _exists = field_validator("calibration", "evaluation")(data_source)
 
@@ -253,6 +259,9 @@ class ModelSpec(StrictModel):
         grouped = group_problems(self.inputs)
         if grouped:
             raise ValueError("; ".join(grouped))
+        if self.data.sizes is not None and not any(i.dynamic for i in self.inputs):
+            raise ValueError(f"[data] sizes = {self.data.sizes!r} gives samples at the min and max sizes, but no "
+                             "input has dynamic dimensions; remove it, or add `dynamic` to an input")
         for section in ("detection", "segmentation", "embedding"):
             if getattr(self, section) is not None and self.task != section:
                 raise ValueError(f"[{section}] is given but task is {self.task!r}; set task = \"{section}\" "

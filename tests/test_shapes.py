@@ -191,3 +191,56 @@ def test_example_inputs_are_at_opt_and_in_range() -> None:
     assert len(tokens.unique()) > 1
     assert float(x.min()) >= 10.0 and float(x.max()) < 11.0
     assert not z.any()
+
+
+# --- [data] sizes: real samples at the min and max sizes --------------------------------------------------------------
+
+SIZED = '''
+import numpy as np
+
+def at_size(size):
+    length = {"min": 8, "max": 512}[size]
+    for k in range(3):
+        yield {"input_ids": np.full((1, length), k + 1, np.int64)}
+
+def wrong(size):
+    yield {"input_ids": np.zeros((1, 100), np.int64)}
+'''
+
+
+def sized_spec(tmp_path: Path, entry: str, dynamic: bool = True) -> ModelSpec:
+    (tmp_path / "sized.py").write_text(SIZED)
+    dims = ', dynamic = { 1 = { min = 8, max = 512 } }' if dynamic else ''
+    (tmp_path / "model.toml").write_text(textwrap.dedent(f'''
+        name = "m"
+        entry = "m:f"
+        inputs = [{{ name = "input_ids", shape = [1, 128], dtype = "int64"{dims} }}]
+        [data]
+        sizes = "{entry}"
+        '''))
+    return load_spec(tmp_path / "model.toml")
+
+
+def test_spec_sizes_source_gives_real_samples_at_each_size(tmp_path: Path) -> None:
+    from edgeship.calibration.datasets import load_sized
+
+    spec = sized_spec(tmp_path, "sized:at_size")
+    low, high = load_sized(spec.data.sizes, spec, "min", 8), load_sized(spec.data.sizes, spec, "max", 2)
+    assert low.inputs["input_ids"].shape == (3, 8) and high.inputs["input_ids"].shape == (2, 512)
+    assert low.source == "sized:at_size('min')" and (high.inputs["input_ids"] > 0).all()
+
+
+def test_spec_sizes_source_of_the_wrong_shape_is_refused_naming_the_size(tmp_path: Path) -> None:
+    from edgeship.calibration.datasets import load_sized
+    from edgeship.errors import DataError
+
+    spec = sized_spec(tmp_path, "sized:wrong")
+    with pytest.raises(DataError, match=r"sized:wrong\('min'\): input 'input_ids' samples have shape \[100\].*takes "
+                                        r"\[8\] per sample at the min size \(input shape \[1, 8\]\)"):
+        load_sized(spec.data.sizes, spec, "min", 8)
+
+
+def test_spec_sizes_without_a_dynamic_input_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ModelSpecError, match=r"\[data\] sizes = 'sized:at_size' gives samples at the min and max "
+                                             "sizes, but no input has dynamic dimensions"):
+        sized_spec(tmp_path, "sized:at_size", dynamic=False)

@@ -21,24 +21,25 @@ from edgeship.errors import DataError, first_line
 from edgeship.spec import ModelSpec
 
 
-def call_source(entry: str, spec: ModelSpec) -> Any:
-    """Import ``module:callable`` (the spec's folder on the path) and call it; DataError on failure."""
+def call_source(entry: str, spec: ModelSpec, args: tuple[Any, ...] = ()) -> Any:
+    """Import ``module:callable`` (the spec's folder on the path) and call it with ``args``;
+    DataError on failure."""
     source: Any = import_entry(entry, spec.base_dir, DataError, "data source")
     try:
-        return source()
+        return source(*args)
     except Exception as e:  # the user's code: report its failure as bad data input
         raise DataError(f"data source {entry}: {type(e).__name__}: {first_line(e)}") from None
 
 
-def read_callable(entry: str, spec: ModelSpec, limit: int | None = None) -> Dataset:
-    """A Dataset from the batches ``entry`` yields (at most ``limit`` samples)."""
+def read_callable(entry: str, spec: ModelSpec, limit: int | None = None, args: tuple[Any, ...] = ()) -> Dataset:
+    """A Dataset from the batches ``entry(*args)`` yields (at most ``limit`` samples)."""
     names = [i.name for i in spec.inputs]
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
     labels: list[np.ndarray] = []
     count = 0
     try:
         with importable(spec.base_dir):  # a generator may import the folder's modules as it runs
-            for i, batch in enumerate(call_source(entry, spec)):
+            for i, batch in enumerate(call_source(entry, spec, args)):
                 arrays, y = _split(batch, names, entry, i)
                 for name, array in arrays.items():
                     parts[name].append(array)

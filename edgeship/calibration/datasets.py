@@ -42,8 +42,16 @@ def load_dataset(source: str | Path, spec: ModelSpec, role: str, limit: int | No
     return check_fits(read_npz(path, spec), spec).take(limit, seed)
 
 
-def check_fits(data: Dataset, spec: ModelSpec) -> Dataset:
-    """Check every input's sample shape and dtype against the spec; cast floats to the spec dtype."""
+def load_sized(entry: str, spec: ModelSpec, size: str, limit: int) -> Dataset:
+    """The spec's ``[data] sizes`` callable's samples at ``size`` ("min" or "max"), at most ``limit``,
+    checked against the inputs' shapes at that size."""
+    data = read_callable(entry, spec, limit, args=(size,))
+    return check_fits(Dataset(data.inputs, None, f"{entry}({size!r})"), spec, size)
+
+
+def check_fits(data: Dataset, spec: ModelSpec, size: str = "opt") -> Dataset:
+    """Check every input's sample shape (at ``size``) and dtype against the spec; cast floats to the
+    spec dtype."""
     counts = {len(v) for v in data.inputs.values()}
     if len(counts) != 1 or (data.labels is not None and len(data.labels) not in counts):
         raise DataError(f"{data.source}: arrays hold different sample counts: "
@@ -51,16 +59,18 @@ def check_fits(data: Dataset, spec: ModelSpec) -> Dataset:
                         + ("" if data.labels is None else f", y {len(data.labels)}"))
     if counts == {0}:
         raise DataError(f"{data.source}: holds no samples")
-    fitted = {inp.name: _fit_input(data.inputs[inp.name], inp, data.source) for inp in spec.inputs}
+    fitted = {inp.name: _fit_input(data.inputs[inp.name], inp, data.source, size) for inp in spec.inputs}
     return Dataset(fitted, data.labels, data.source)
 
 
-def _fit_input(array: np.ndarray, inp: InputSpec, source: str) -> np.ndarray:
-    want = tuple(inp.shape[1:])
+def _fit_input(array: np.ndarray, inp: InputSpec, source: str, size: str = "opt") -> np.ndarray:
+    shape = shape_at(inp, size)
+    want = tuple(shape[1:])
     if tuple(array.shape[1:]) != want:
+        at = "" if size == "opt" else f" at the {size} size"
         raise DataError(f"{source}: input {inp.name!r} samples have shape {list(array.shape[1:])} "
-                        f"(array {list(array.shape)}), but the model takes {list(want)} per sample "
-                        f"(input shape {inp.shape})")
+                        f"(array {list(array.shape)}), but the model takes {list(want)} per sample{at} "
+                        f"(input shape {list(shape)})")
     target = np.dtype(inp.dtype)
     if np.issubdtype(target, np.floating) != np.issubdtype(array.dtype, np.floating):
         raise DataError(f"{source}: input {inp.name!r} has dtype {array.dtype}, the model takes {inp.dtype}")

@@ -61,6 +61,10 @@ class Plan:
     def calibration_source(self) -> str | None:
         return self.profile.data.calibration or self.spec.data.calibration
 
+    @property
+    def sizes_source(self) -> str | None:
+        return self.spec.data.sizes
+
 
 def make_plan(request: BuildRequest) -> Plan:
     """Read and validate the profile, the model spec, the output and cache folders and the devices

@@ -105,6 +105,7 @@ class StageKeys:
 
     def reference(self) -> dict[str, Any]:
         return {**self.common, "model": self.model, "evaluation": self.evaluation,
+                "sizes": data_fingerprint(self.plan.sizes_source, self.plan.spec.base_dir),
                 "settings": self.plan.profile.evaluation.model_dump(mode="json")}
 
     def artifact(self, variant: Variant) -> dict[str, Any]:
@@ -126,6 +127,8 @@ class StageKeys:
         overflow = openvino_overflow_fix(variant, self.cpus)
         if overflow is not None:
             key["overflow_fix"] = {"value": overflow[0], "why": overflow[1]}
+        if calibrated and variant.quantization is not None and variant.quantization.keep_float == "auto":
+            key["budget"] = profile.gates.merged(variant.gates).model_dump(mode="json")  # what auto keeps for
         return key
 
     def build(self) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 from edgeship import metrics
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset, random_dataset
+from edgeship.calibration.datasets import load_sized
 from edgeship.devices import Device, Job
 from edgeship.devices.base import JobResult, MeasurementError, RunnerError, TransportError
 from edgeship.devices.runner import decode_outputs, encode_outputs, merge_batches
@@ -175,12 +176,15 @@ def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any,
 
 
 def size_datasets(plan: Any, spec: Any) -> dict[str, Dataset]:
-    """Seeded random samples at the min and max sizes of a model with dynamic dimensions (none
-    otherwise): every artifact is run at both, so a range it cannot take fails the variant."""
+    """Samples at the min and max sizes of a model with dynamic dimensions (none otherwise): the
+    spec's ``[data] sizes`` callable's, else seeded random ones. Every artifact is run at both, so
+    a range it cannot take fails the variant, and its accuracy there is judged."""
     if not is_dynamic(spec):
         return {}
     settings = plan.profile.evaluation
     n = min(settings.random_samples, SIZE_SAMPLES)
+    if plan.sizes_source:
+        return {size: load_sized(plan.sizes_source, spec, size, SIZE_SAMPLES) for size in ("min", "max")}
     return {size: random_dataset(spec, n, settings.seed, size) for size in ("min", "max")}
 
 

