@@ -9,7 +9,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,6 +21,17 @@ from edgeship.lowering.registry import BackendSpec
 from edgeship.profile.models import Variant
 
 Predict = Callable[[list[np.ndarray]], list[np.ndarray]]
+
+
+class AccuracyBudget(Protocol):
+    """The variant's accuracy gates on calibration samples (``pipeline/budget.py``), for quantizers
+    that choose by them (``keep_float = "auto"``)."""
+
+    def failures(self, samples: Dataset, reference: list[np.ndarray], outputs: list[np.ndarray]) -> list[str]:
+        """The gates ``outputs`` fail against the float ``reference`` on ``samples``; empty: within budget."""
+
+    def described(self) -> str:
+        """The gates judged, for notes."""
 
 
 @dataclass
@@ -36,6 +47,7 @@ class LowerRequest:
     # The CPUs the artifact will run on, (device name, devices.cpu.cpu_facts()) each, for settings a
     # quantizer picks by CPU (quantize/cpu_choice.py); None: this machine's.
     cpus: list[tuple[str, dict[str, Any] | None]] | None = None
+    budget: AccuracyBudget | None = None  # the variant's accuracy gates on calibration samples
 
 
 @dataclass

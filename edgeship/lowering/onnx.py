@@ -44,6 +44,11 @@ class OnnxLowering:
     def choose_int8(self, request: LowerRequest) -> tuple[bool, str, dict]:
         return choose_for_cpus(request)
 
+    def host_level(self, options: Any) -> str:
+        """The graph optimization level ONNX Runtime on the build machine runs the int8 model at when
+        the quantizer compares it with float (sensitivity, keep_float = "auto"): the artifact's own."""
+        return options.graph_optimization
+
     def check_model(self, model: Any) -> None:
         """Refuse a checked model this backend's runtime cannot load (LoweringError); default: none."""
 
@@ -55,7 +60,7 @@ class OnnxLowering:
         onnx = require("onnx", self.name)
         notes, details = [], {}
         if request.variant.precision == "int8":
-            quantized = lower_int8(request, choose=self.choose_int8)
+            quantized = lower_int8(request, choose=self.choose_int8, level=self.host_level(request.options))
             notes, details = list(quantized.notes), {"quantization": quantized.details}
         else:
             export_onnx(request.captured, request.options.opset, request.options.dynamic_batch, request.dest)
@@ -85,8 +90,8 @@ class OnnxBackend(OnnxLowering, OnnxSpec, Backend):
                            **({} if fp32 else {"min_sqnr_db": None}))
 
 
-def lower_int8(request: LowerRequest, choose: Callable[[LowerRequest], tuple[bool, str, dict]] | None = None
-               ) -> Quantized:
+def lower_int8(request: LowerRequest, choose: Callable[[LowerRequest], tuple[bool, str, dict]] | None = None,
+               level: str | None = None) -> Quantized:
     """Export the float model to a temporary file, then quantize it into ``request.dest``. Static
     int8's ``reduce_range`` comes from ``choose`` (default: the profile's, else chosen for the
     target CPUs, ``request.cpus``), which returns it, why, and details to record."""
@@ -103,7 +108,9 @@ def lower_int8(request: LowerRequest, choose: Callable[[LowerRequest], tuple[boo
                                  per_channel=settings.per_channel,
                                  method=settings.method or ONNX_QUANTIZATION.default_method,
                                  percentile=settings.percentile, keep_float=settings.keep_float,
-                                 sensitivity=settings.sensitivity, cache=request.cache)
+                                 sensitivity=settings.sensitivity, cache=request.cache,
+                                 graph_optimization=level,
+                                 operators=settings.operators, budget=request.budget)
     quantized.notes.append(why)
     quantized.details.update(reduce_range_reason=why, **chosen)
     return quantized

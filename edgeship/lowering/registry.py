@@ -317,7 +317,13 @@ class OpenvinoSpec(BackendSpec):
                                        "mixed (asymmetric activations: for ReLU-free models, e.g. transformers).")
         model_type: Literal["transformer"] | None = Field(
             None, description="int8: NNCF's model_type; transformer keeps softmax, layer norm and the "
-                              "attention's inputs in float as NNCF recommends for transformers.")
+                              "attention's inputs in float as NNCF recommends for transformers. Unset: "
+                              "transformer where the variant's quantization.operators resolves to weighted "
+                              "layers only (by default: a graph with attention and layer normalization).")
+        smooth_quant: bool = Field(
+            False, description="int8 with model_type transformer: NNCF's SmoothQuant (activation outliers moved "
+                               "into the weights). Off by default: on all-MiniLM-L6-v2 it read mean cosine "
+                               "0.68 against float where the same scheme without it read 0.95.")
         fast_bias_correction: bool = Field(
             True, description="int8: NNCF's fast bias correction (false: the full algorithm, slower to build; on a "
                               "graph NNCF refuses it for, such as one with an If, fast is used, then none, and "

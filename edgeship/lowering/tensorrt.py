@@ -115,7 +115,8 @@ class TensorrtBackend(TensorrtSpec, Backend):
                             per_channel=settings.per_channel,
                             method=settings.method or TENSORRT_QUANTIZATION.default_method,
                             percentile=settings.percentile, keep_float=settings.keep_float,
-                            sensitivity=settings.sensitivity, cache=request.cache, quantize_bias=False)
+                            sensitivity=settings.sensitivity, cache=request.cache, quantize_bias=False,
+                            operators=settings.operators, budget=request.budget)
 
 
 def simplify(path: Path, notes: list[str]) -> None:

@@ -19,7 +19,7 @@ from edgeship.devices.hashing import sha256_path
 from edgeship.errors import LoweringError, OutputError, failure_line
 from edgeship.fsutil import atomic_write_text
 from edgeship.lowering.backends import BACKENDS
-from edgeship.lowering.base import Artifact, Backend, LowerRequest
+from edgeship.lowering.base import AccuracyBudget, Artifact, Backend, LowerRequest
 from edgeship.lowering.capture import CaptureFailed, Capturer
 from edgeship.profile import Profile, Variant
 from edgeship.results import now_utc
@@ -74,9 +74,11 @@ def capture_order(profile: Profile, variant: Variant) -> list[str]:
 
 def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_dir: Path,
                   calibration: Callable[[], Dataset] | None = None, debug: bool = False,
-                  cache: Cache | None = None, cpus: list[tuple[str, dict[str, Any]]] | None = None) -> Lowered:
+                  cache: Cache | None = None, cpus: list[tuple[str, dict[str, Any]]] | None = None,
+                  budget: AccuracyBudget | None = None) -> Lowered:
     """Capture (with fallback) and lower one variant; failures become ``Lowered.error``. ``cpus``:
-    the CPUs the artifact will run on (None: this machine's), for settings chosen by CPU."""
+    the CPUs the artifact will run on (None: this machine's), for settings chosen by CPU; ``budget``:
+    the variant's accuracy gates on calibration samples, for quantizers that choose by them."""
     backend = BACKENDS[variant.backend]
     result = Lowered(variant, backend, backend.parse_options(variant.options))
     captured, result.capture_failures = capturer.first(capture_order(profile, variant),
@@ -89,7 +91,7 @@ def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_di
     result.capture_seconds = captured.seconds
     result.notes.extend(captured.notes)
     dest = out_dir / variant.name / f"model{backend.suffix}"
-    request = LowerRequest(captured, variant, result.options, dest, calibration, cache, cpus)
+    request = LowerRequest(captured, variant, result.options, dest, calibration, cache, cpus, budget)
     start = time.perf_counter()
     try:
         result.artifact = backend.lower(request)

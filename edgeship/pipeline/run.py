@@ -27,6 +27,7 @@ from edgeship.lowering.capture import Capturer
 from edgeship.lowering.registry import SPECS
 from edgeship.model import LazyModel
 from edgeship.outputs import onnx_name
+from edgeship.pipeline.budget import CalibrationBudget
 from edgeship.pipeline.finish import Unchanged, publish_build, record_build, record_pending, reuse_output
 from edgeship.pipeline.lower import Lowered, lower_variant, restored
 from edgeship.pipeline.output import RESULTS, WORK, BuildFolder, report_names
@@ -56,7 +57,7 @@ from edgeship.quantize.cpu_choice import depends_on_cpu
 from edgeship.quantize.selection import select_variant
 from edgeship.quantize.settings import scheme_of
 from edgeship.results import ModelInfo, Results, VariantResult, now_utc, toolchain_versions
-from edgeship.tasks.evaluate import TASK_GATES
+from edgeship.tasks.evaluate import TASK_GATES, TaskJudge
 
 
 def build(request: BuildRequest) -> Results:
@@ -90,7 +91,7 @@ def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
         status["result"] = ref.data.source
     _notices(cache, progress)
     staged = folder.stage()
-    lowered = lower_all(plan, model, progress, calibration, keys, cache, staged)
+    lowered = lower_all(plan, model, progress, calibration, keys, cache, staged, ref.judge)
     rows = [eager_row(plan, model, ref)] + [variant_row(staged, item) for item in lowered]
     validate_all(plan, model, ref, lowered, rows, progress)
     selection = select_variant(plan.profile.selection, rows, plan.devices[0].name) if plan.profile.selection else None
@@ -200,9 +201,10 @@ def batch_size(model: LazyModel) -> int:
 
 
 def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dataset | None,
-              keys: StageKeys, cache: Cache, staged: Path) -> list[Lowered]:
+              keys: StageKeys, cache: Cache, staged: Path, judge: TaskJudge) -> list[Lowered]:
     """Lower every variant into the staging folder, or restore it there from the stage cache (checked);
-    CaptureError when no capture method takes the model at all."""
+    CaptureError when no capture method takes the model at all. ``judge`` reads the float model's
+    outputs for the accuracy budget some quantizers choose by."""
     capturer = Capturer(model)
     out = []
     provide = (lambda: calibration) if calibration is not None else None
@@ -214,8 +216,9 @@ def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dat
                 item = restored(variant, record, staged / variant.name)
                 status["result"] = f"{_size(item.artifact.path)}, from the stage cache"
             else:
+                budget = CalibrationBudget.of(judge, plan.profile.gates.merged(variant.gates))
                 item = lower_variant(plan.profile, variant, capturer, staged, calibration=provide,
-                                     debug=plan.request.debug, cache=cache, cpus=keys.cpus)
+                                     debug=plan.request.debug, cache=cache, cpus=keys.cpus, budget=budget)
                 if item.error:
                     status.update(warn="1", result=item.error)
                 else:

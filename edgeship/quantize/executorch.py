@@ -17,8 +17,10 @@ from edgeship.calibration.dataset import Dataset
 from edgeship.lowering.base import LowerRequest
 from edgeship.lowering.capture import Captured, capture_export, free_examples
 from edgeship.lowering.registry import EXECUTORCH_QUANTIZATION
+from edgeship.quantize.autokeep import AutoKeep
 from edgeship.quantize.observers import CALIBRATION_BATCH, calibrate_observers
 from edgeship.quantize.quantized import Quantized
+from edgeship.quantize.scope import choose_scope
 from edgeship.quantize.sensitivity import (
     LayerSensitivity,
     NotMeasurable,
@@ -54,21 +56,42 @@ def _static(request: LowerRequest, settings: QuantizationSettings) -> tuple[Any,
     method = settings.method or EXECUTORCH_QUANTIZATION.default_method
     data = request.calibration().take(settings.samples, settings.seed or 0)
     program, batch = calibration_program(captured)
+    scope = choose_scope(settings.operators, graph_ops(program), "XNNPACKQuantizer")
     key = {"kind": "pt2e-xnnpack", "weights_sha256": captured.model.state_sha256, "method": method,
-           "per_channel": settings.per_channel}
+           "per_channel": settings.per_channel, "weighted_only": scope.weighted}
     convert = lambda excluded, key: _calibrate_and_convert(  # noqa: E731
-        program, settings.per_channel, method, excluded, data, batch, request.cache, key)
+        program, settings.per_channel, method, excluded, data, batch, request.cache, key, scope.weighted)
     prepared, converted, facts = convert([], key)
     measure = lambda sample, size: layer_sensitivity(prepared, converted, sample, size)  # noqa: E731
     one_layer = lambda sample, size: one_layer_runs(prepared, sample, size)  # noqa: E731
+
+    def real(kept: list[str]) -> Outputs:  # the converted graph with ``kept`` in float, as the artifact is
+        model = convert(kept, {**key, "kept_float": kept})[1] if kept else converted
+        return run_graph(model, data, min(batch[0], len(data)) if batch[1] else batch[0])
+
     report, excluded = sensitivity_and_fallback(settings.sensitivity, settings.keep_float, data, batch,
-                                                request.dest.parent, measure, one_layer)
+                                                request.dest.parent, measure, one_layer,
+                                                AutoKeep(request.budget, real))
     if excluded:
         _, converted, facts = convert(excluded, {**key, "kept_float": excluded})
-    return _export(converted, captured), Quantized.describe(
+    done = Quantized.describe(
         "static", "XNNPACK int8 (PT2E, XNNPACKQuantizer)", method=method, samples=len(data),
-        per_channel=settings.per_channel, kept_float=excluded, sensitivity=report,
+        per_channel=settings.per_channel, **scope.details(), kept_float=excluded, sensitivity=report,
         calibration={**facts, "data": data.source})
+    done.notes.append(f"int8 operators: {scope.reason}")
+    return _export(converted, captured), done
+
+
+def graph_ops(program: Any) -> set[str]:
+    """The aten operators an exported program calls (what ``quantize/scope.py`` reads)."""
+    return {str(n.target) for n in program.graph_module.graph.nodes if n.op == "call_function"}
+
+
+def run_graph(module: Any, data: Dataset, batch: int) -> Outputs:
+    """Every output of a (converted) graph module on ``data``, ``batch`` samples a call."""
+    from edgeship.quantize.observers import OneLayer, run_one_layer
+
+    return run_one_layer(module, OneLayer(), data, batch)
 
 
 def calibration_program(captured: Captured) -> tuple[Any, tuple[int, bool]]:
@@ -83,21 +106,26 @@ def calibration_program(captured: Captured) -> tuple[Any, tuple[int, bool]]:
 
 def _calibrate_and_convert(program: Any, per_channel: bool, method: str, excluded: list[str], data: Dataset,
                            batch: tuple[int, bool], cache: Cache | None, key: dict[str, Any],
-                           ) -> tuple[Any, Any, dict[str, Any]]:
+                           weighted: bool = False) -> tuple[Any, Any, dict[str, Any]]:
     """prepare_pt2e, calibrate (or restore from the cache), convert_pt2e; the float reference too."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    prepared = prepare_pt2e(program.module(), xnnpack_quantizer(per_channel, method, excluded))
+    prepared = prepare_pt2e(program.module(), xnnpack_quantizer(per_channel, method, excluded, weighted=weighted))
     facts = calibrate_observers(prepared, data, batch[0], cache, key, flexible=batch[1])
     reference = copy.deepcopy(prepared)  # float numerics with batch norm folded, as convert sees it
     return reference, convert_pt2e(prepared), facts
 
 
-def xnnpack_quantizer(per_channel: bool, method: str | None, excluded: list[str], dynamic: bool = False) -> Any:
-    """XNNPACKQuantizer with its symmetric config; min-max activations on request; layers filtered out."""
+def xnnpack_quantizer(per_channel: bool, method: str | None, excluded: list[str], dynamic: bool = False,
+                      weighted: bool = False) -> Any:
+    """XNNPACKQuantizer with its symmetric config; min-max activations on request; layers filtered
+    out; with ``weighted``, only the convolutions and linear layers (no add, mul, cat, pooling)."""
     import dataclasses
 
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        CONV_TARGETS,
+        CONV_TRANSPOSE_TARGETS,
+        LINEAR_TARGETS,
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
     )
@@ -109,7 +137,12 @@ def xnnpack_quantizer(per_channel: bool, method: str | None, excluded: list[str]
         spec = dataclasses.replace(config.input_activation,
                                    observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=2**-12))
         config = dataclasses.replace(config, input_activation=spec, output_activation=spec)
-    quantizer = XNNPACKQuantizer().set_global(config)
+    quantizer = XNNPACKQuantizer()
+    if weighted:
+        for target in (*LINEAR_TARGETS, *CONV_TARGETS, *CONV_TRANSPOSE_TARGETS):
+            quantizer.set_operator_type(target, config)
+    else:
+        quantizer.set_global(config)
     if excluded:
         filters = [get_module_name_filter(name) for name in excluded]
         quantizer.set_filter_function(lambda node: not any(f(node) for f in filters))
@@ -160,7 +193,11 @@ def one_layer_runs(reference: Any, data: Dataset, batch: int) -> OneLayerRuns:
             raise NotMeasurable(f"no conv or linear call of module {name} in the prepared graph")
         return run_one_layer(reference, one_layer_plan(reference, by_module[name], qparams), data, batch)
 
-    return OneLayerRuns(run_one_layer(reference, OneLayer(), data, batch), only)
+    def without(kept: list[str]) -> Outputs:  # the observers of every other layer quantizing
+        nodes = [node for name, found in by_module.items() if name not in set(kept) for node in found]
+        return run_one_layer(reference, one_layer_plan(reference, nodes, qparams), data, batch)
+
+    return OneLayerRuns(run_one_layer(reference, OneLayer(), data, batch), only, without)
 
 
 def _after_qdq(node: Any) -> Any:

@@ -12,12 +12,17 @@ Face models the same way.
 A part is traced for the call the model made to it on the example inputs: tensors become the
 graph's inputs, every other argument (``None``, flags, sizes) is fixed to that call's value, and
 a later call with other values is refused rather than run through a graph made for the first one.
+
+Per-layer sensitivity (and ``keep_float``) works on the parts too: ``graphs`` lists every part's
+graph, ``quantized_layers`` names each layer in them by the model's module path (``global_name``),
+and ``parts_running`` runs the whole model with each part's graph handed to an interpreter.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,16 +75,16 @@ def prepare_parts(module: Any, example_inputs: tuple[Any, ...], prepare: Prepare
     coremltools' next prepare with "Input float module must have a valid qconfig")."""
     try:
         whole = prepare(copy.deepcopy(module), example_inputs, [], "")
-        return FxParts(whole, [""], layers=(len(_layers(module)),) * 2)
+        return FxParts(whole, [""], layers=(len(layers(module)),) * 2)
     except Exception as error:
         if fx_failure(error) is None:
             raise
         whole_error = error
     module = copy.deepcopy(module)   # the working copy: its untraceable modules stay, parts go in
-    calls, layers = _record_calls(module, example_inputs), _layers(module)
+    calls, every_layer = _record_calls(module, example_inputs), layers(module)
     found = FxParts(module, [])
     found.module = _as_part(module, "", calls, prepare, found)
-    found.layers = (sum(found.covers(layer) for layer in layers), len(layers))
+    found.layers = (sum(found.covers(layer) for layer in every_layer), len(every_layer))
     if not found.parts:
         raise whole_error
     return found
@@ -100,6 +105,79 @@ def local_names(names: list[str], scope: str) -> list[str]:
     if scope == "":
         return list(names)
     return [INNER + name[len(scope):] for name in names if _within(name, scope)]
+
+
+def global_name(local: str, scope: str) -> str:
+    """The model's name of module ``local`` of the graph traced at ``scope`` (``local_names`` inverted)."""
+    return local if scope == "" else scope + local[len(INNER):]
+
+
+def graphs(model: Any) -> list[tuple[str, Any]]:
+    """Each graph of a model prepared (or converted) by ``prepare_parts``, with the scope it was
+    traced at: every part's, or the model itself at "" when FX traced it whole."""
+    parts = [m for m in model.modules() if isinstance(m, _part_class())]
+    return [(part.part_name, part.traced) for part in parts] if parts else [("", model)]
+
+
+@contextlib.contextmanager
+def parts_running(model: Any, runner: Callable[[str, Any], Callable[..., Any]]) -> Iterator[None]:
+    """Inside the block, each part of ``model`` (prepared by parts) hands its graph's inputs to
+    ``runner(scope, graph)`` instead of calling the graph, and the rest of the model runs as
+    written: how an interpreter over the prepared graphs (``observers.one_layer_interpreter``)
+    runs the whole model. The graphs are back in place afterwards."""
+    import torch
+
+    class Running(torch.nn.Module):
+        def __init__(self, run: Callable[..., Any]) -> None:
+            super().__init__()
+            self.run = run
+
+        def forward(self, *args: Any) -> Any:
+            return self.run(*args)
+
+    parts = [m for m in model.modules() if isinstance(m, _part_class())]
+    traced = [part.traced for part in parts]
+    try:
+        for part, graph in zip(parts, traced):
+            part.traced = Running(runner(part.part_name, graph))
+        yield
+    finally:
+        for part, graph in zip(parts, traced):
+            part.traced = graph
+
+
+@dataclass
+class LayerCall:
+    """Where a quantized layer sits in a prepared model: the graph traced at ``scope``, its module
+    there, and that graph's nodes calling it."""
+
+    scope: str
+    graph: Any
+    module: Any
+    nodes: list[Any]
+
+
+def called_modules(model: Any) -> dict[str, Any]:
+    """Every module a graph of ``model`` (whole, or each part) calls, by the model's module path."""
+    return {global_name(node.target, scope): graph.get_submodule(node.target)
+            for scope, graph in graphs(model) for node in graph.graph.nodes if node.op == "call_module"}
+
+
+def quantized_layers(prepared: Any) -> dict[str, LayerCall]:
+    """The Conv and Linear layers (fused ones too) a prepared model will quantize, by module path."""
+    import torch
+    from torch.ao.nn.intrinsic import _FusedModule
+
+    kinds = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)
+    found: dict[str, LayerCall] = {}
+    for scope, graph in graphs(prepared):
+        for node in graph.graph.nodes:
+            module = graph.get_submodule(node.target) if node.op == "call_module" else None
+            inner = module[0] if isinstance(module, _FusedModule) else module
+            if isinstance(inner, kinds) and getattr(module, "qconfig", None) is not None:
+                name = global_name(node.target, scope)
+                found.setdefault(name, LayerCall(scope, graph, module, [])).nodes.append(node)
+    return found
 
 
 def graph_code(module: Any) -> str:
@@ -146,7 +224,7 @@ def _as_part(module: Any, name: str, calls: dict[str, _Call], prepare: Prepare, 
     """``module`` as a prepared Part when FX traces it (its untraceable submodules left as calls and
     made parts in turn); else ``module`` with its children handled so; unchanged without layers."""
     call = calls.get(name)
-    if not _layers(module) or call is None:
+    if not layers(module) or call is None:
         return module
     leaves: list[str] = []
     graph = None
@@ -164,7 +242,7 @@ def _as_part(module: Any, name: str, calls: dict[str, _Call], prepare: Prepare, 
                 found.untraceable[name] = why
                 break
             leaves.append(culprit)
-    if graph is None or not _layers(module, leaves):   # nothing of its own to quantize: its children may have
+    if graph is None or not layers(module, leaves):   # nothing of its own to quantize: its children may have
         _prepare_children(module, name, calls, prepare, found)
         return module
     found.parts.append(name)
@@ -293,8 +371,9 @@ def _innermost_module(error: BaseException, module: Any) -> str | None:
     return found
 
 
-def _layers(module: Any, leaves: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """Conv and Linear layers of ``module`` outside ``leaves`` (what an FX quantizer quantizes)."""
+def layers(module: Any, leaves: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The names of the Conv and Linear layers of ``module`` outside ``leaves`` (what an FX
+    quantizer quantizes)."""
     import torch
 
     kinds = (torch.nn.Linear, torch.nn.modules.conv._ConvNd)

@@ -9,7 +9,8 @@ built again and the observers' state loaded: no sample is run.
 
 The own-contribution sensitivity (``quantize/sensitivity.py``) runs the calibrated prepared graph
 with one layer quantized at a time: ``one_layer_plan`` picks that layer's observers and
-``run_one_layer`` runs the graph with those quantizing and every other observer passed through.
+``run_one_layer`` runs the graph with those quantizing and every other observer passed through
+(``run_plans``: inside every part of a model prepared by parts, ``quantize/fx_parts.py``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import Any
 
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset
-from edgeship.quantize.fx_parts import graph_code
+from edgeship.quantize.fx_parts import graph_code, graphs, parts_running
 from edgeship.quantize.quantized import calibrated
 
 OBSERVERS_FILE = "observers.pt"
@@ -181,6 +182,13 @@ def _output_observer(node: Any, found: dict[str, Any], steps: int = 2) -> Any:
 def run_one_layer(prepared: Any, plan: OneLayer, data: Dataset, batch: int) -> list[list[Any]]:
     """The outputs of ``prepared`` on ``data`` (``batch`` samples a run, each output as a numpy
     array) with only ``plan``'s observers quantizing; an empty plan gives the float model's."""
+    return run_batches(one_layer_interpreter(prepared, plan), data, batch)
+
+
+def one_layer_interpreter(prepared: Any, plan: OneLayer) -> Callable[..., Any]:
+    """A function that runs ``prepared``'s graph on its inputs with only ``plan``'s observers
+    quantizing and every other observer passing its input through, never called (so never updated):
+    what ``run_one_layer`` runs, and what runs inside each part of a model quantized by parts."""
     import torch
 
     found = observers(prepared, every_name=True)
@@ -199,9 +207,26 @@ def run_one_layer(prepared: Any, plan: OneLayer, data: Dataset, batch: int) -> l
                 return plan.modules[n.target](*args, **kwargs)
             return getattr(self, n.op)(n.target, args, kwargs)
 
+    return lambda *inputs: OneLayerInterpreter(prepared).run(*inputs)
+
+
+def run_plans(prepared: Any, plans: dict[str, OneLayer], data: Dataset, batch: int) -> list[list[Any]]:
+    """The outputs of a calibrated prepared model (whole, or by parts) on ``data`` with each graph's
+    observers quantizing as ``plans`` (by the scope it was traced at) say; none: float."""
+    if graphs(prepared)[0][1] is prepared:  # traced whole: one graph
+        return run_batches(one_layer_interpreter(prepared, plans.get("", OneLayer())), data, batch)
+    with parts_running(prepared, lambda scope, graph: one_layer_interpreter(graph, plans.get(scope, OneLayer()))):
+        return run_batches(prepared, data, batch)
+
+
+def run_batches(run: Callable[..., Any], data: Dataset, batch: int) -> list[list[Any]]:
+    """The outputs of ``run`` (a module, or a function of the model's inputs) on ``data``, ``batch``
+    samples a call (the last batch padded by repeating its tail): per batch, every tensor of the
+    output structure as a numpy array, in its flattened order (``edgeship.outputs``)."""
+    import torch
+
     with torch.no_grad():
-        return [_numpy_leaves(OneLayerInterpreter(prepared).run(*[torch.from_numpy(a) for a in part.values()]))
-                for part in data.batches(batch)]
+        return [_numpy_leaves(run(*[torch.from_numpy(a) for a in part.values()])) for part in data.batches(batch)]
 
 
 def _numpy_leaves(out: Any) -> list[Any]:

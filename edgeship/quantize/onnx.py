@@ -23,8 +23,16 @@ from edgeship.cache import Cache
 from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
 from edgeship.fsutil import atomic_output
+from edgeship.quantize.autokeep import AutoKeep
 from edgeship.quantize.quantized import Quantized, calibrated
-from edgeship.quantize.sensitivity import LayerSensitivity, OneLayerRuns, Outputs, sensitivity_and_fallback, sqnr_of
+from edgeship.quantize.scope import choose_scope
+from edgeship.quantize.sensitivity import (
+    LayerSensitivity,
+    OneLayerRuns,
+    Outputs,
+    sensitivity_and_fallback,
+    sqnr_of,
+)
 
 Activations = Literal["uint8", "int8-symmetric"]
 ORT_METHODS = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
@@ -38,15 +46,19 @@ FREE_BATCH = 8  # calibration batch when the model's batch dimension is free
 
 def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activations: Activations = "uint8",
                  per_channel: bool = True, method: str = "minmax", percentile: float = 99.999,
-                 keep_float: int = 0, sensitivity: bool = True, cache: Cache | None = None,
+                 keep_float: int | str = 0, sensitivity: bool = True, cache: Cache | None = None,
                  quantize_bias: bool = True, reduce_range: bool | None = None,
-                 graph_optimization: str | None = None) -> Quantized:
+                 graph_optimization: str | None = None, operators: str = "auto",
+                 budget: Any = None) -> Quantized:
     """Write ``dest``: the float ONNX model at ``fp32_path`` statically quantized to QDQ.
 
     ``calibration`` holds the samples (one array per ONNX input name). ``activations`` is
     ``"uint8"`` (U8S8) or ``"int8-symmetric"`` (S8S8, for TensorRT; run such a proxy under ONNX
     Runtime with graph optimization disabled). ``method`` is minmax, percentile or entropy.
-    ``keep_float`` leaves that many of the most sensitive nodes unquantized. ``quantize_bias=False``
+    ``keep_float`` leaves that many of the most sensitive nodes unquantized (``"auto"``: as many as
+    the variant's accuracy ``budget`` needs on calibration samples). ``operators``: every operator
+    quantize_static takes, or only the weighted layers (``quantize/scope.py``; auto: weighted for a
+    transformer's graph). ``quantize_bias=False``
     keeps biases float (TensorRT dequantizes only int8 with zero points of zero, not int32 biases).
     ``reduce_range`` quantizes weights to 7 bits; unset, it is on for U8S8, whose fused x86 kernels
     without VNNI add u8 x s8 products in pairs into int16 and saturate with full 8-bit weights (the
@@ -71,28 +83,42 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
                "percentile": percentile if method == "percentile" else None,
                "onnxruntime": onnxruntime.__version__}
         compute = lambda folder: calibrate_ranges(pre, calibration, batch, method, percentile, folder / RANGES)  # noqa: E731
+        scope = choose_scope(operators, op_types(pre), "ONNX Runtime's quantize_static")
         with calibrated(cache, "onnx", key, compute) as (entry, cache_facts):
             def write(out: Path, exclude: list[str], only: str | None = None) -> None:
-                _quantize_static(pre, out, entry.path / RANGES, method, activations, exclude, only=only, **weights)
+                _quantize_static(pre, out, entry.path / RANGES, method, activations, exclude, only=only,
+                                 op_types=list(LAYER_OPS) if scope.weighted else None, **weights)
 
             def measure(sample: Dataset, size: int) -> list[LayerSensitivity]:
                 write(Path(work) / "all.onnx", [])
                 return layer_sensitivity(pre, Path(work) / "all.onnx", sample, size, Path(work))
 
+            level = graph_optimization or ("all" if activations == "uint8" else "disabled")
+
             def one_layer(sample: Dataset, size: int) -> OneLayerRuns:
-                level = graph_optimization or ("all" if activations == "uint8" else "disabled")
                 return one_layer_runs(pre, lambda out, node: write(out, [], node), sample, size, Path(work), level)
 
+            def real(kept: list[str]) -> Outputs:  # every layer quantized but ``kept``, as the artifact is
+                write(Path(work) / "kept.onnx", kept)
+                return run_outputs(Path(work) / "kept.onnx", calibration, batch, level)
+
             report, excluded = sensitivity_and_fallback(sensitivity, keep_float, calibration, (batch, False),
-                                                        Path(dest).parent, measure, one_layer)
+                                                        Path(dest).parent, measure, one_layer, AutoKeep(budget, real))
             with atomic_output(Path(dest)) as out:
                 write(out, excluded)
     done = Quantized.describe("static", f"ONNX Runtime QDQ {FORMS[activations]}", format="QDQ",
                               activations=activations, method=method, samples=len(calibration),
-                              **weights, kept_float=excluded, sensitivity=report,
+                              **weights, **scope.details(), kept_float=excluded, sensitivity=report,
                               calibration={**cache_facts, "data": calibration.source})
-    done.notes += pre_notes
+    done.notes += [*pre_notes, f"int8 operators: {scope.reason}"]
     return done
+
+
+def op_types(model: Path) -> set[str]:
+    """The operator types in an ONNX model's graph."""
+    import onnx
+
+    return {node.op_type for node in onnx.load(str(model), load_external_data=False).graph.node}
 
 
 def quantize_dynamic_onnx(fp32_path: Path, dest: Path, *, per_channel: bool = True) -> Quantized:
@@ -179,6 +205,7 @@ def calibrate_ranges(model: Path, data: Dataset, batch: int, method: str, percen
 
 def _quantize_static(pre: Path, out: Path, ranges: Path, method: str, activations: Activations,
                      exclude: list[str], per_channel: bool, quantize_bias: bool, reduce_range: bool,
+                     op_types: list[str] | None = None,
                      only: str | None = None) -> None:
     """quantize_static from the cached ``ranges``: every node but ``exclude``, or ``only`` that one."""
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -188,7 +215,7 @@ def _quantize_static(pre: Path, out: Path, ranges: Path, method: str, activation
                     reduce_range=reduce_range,
                     activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                     weight_type=QuantType.QInt8, nodes_to_exclude=exclude,
-                    nodes_to_quantize=[only] if only else None,
+                    nodes_to_quantize=[only] if only else None, op_types_to_quantize=op_types,
                     calibrate_method=CalibrationMethod[ORT_METHODS[method]],
                     extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True,
                                    "QuantizeBias": quantize_bias},

@@ -29,6 +29,7 @@ import json
 import logging
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,10 @@ from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import LoweringError, first_line
 from edgeship.lowering.registry import OPENVINO_QUANTIZATION
+from edgeship.quantize.autokeep import AutoKeep
 from edgeship.quantize.cpu_choice import choose_overflow_fix, cpu_details, this_machine
 from edgeship.quantize.quantized import Quantized, calibrated
+from edgeship.quantize.scope import choose_scope
 from edgeship.quantize.sensitivity import (
     LayerSensitivity,
     NotMeasurable,
@@ -72,9 +75,11 @@ def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
     subset = min(opts.subset_size or len(data), len(data))
     cpus = this_machine() if request.cpus is None else request.cpus
     overflow_fix, overflow_why = choose_overflow_fix(opts.overflow_fix, cpus)
-    nncf_args = {"preset": opts.preset, "model_type": opts.model_type, "target_device": opts.target_device,
+    model_type, scope_why = choose_model_type(opts.model_type, settings.operators, model)
+    nncf_args = {"preset": opts.preset, "model_type": model_type, "target_device": opts.target_device,
                  "fast_bias_correction": opts.fast_bias_correction, "subset_size": subset,
-                 "per_channel": settings.per_channel, "method": method, "overflow_fix": overflow_fix}
+                 "per_channel": settings.per_channel, "method": method, "overflow_fix": overflow_fix,
+                 "smooth_quant": bool(opts.smooth_quant and model_type == "transformer")}
     core = ov.Core()
     with tempfile.TemporaryDirectory(prefix="edgeship-nncf-") as folder:
         float_xml = Path(folder) / "float.xml"
@@ -101,10 +106,15 @@ def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
             return layer_sensitivity(core, core.read_model(str(float_xml)), quantized([]), sample, size)
 
         def one_layer(sample: Dataset, size: int) -> OneLayerRuns:
-            return one_layer_runs(core, core.read_model(str(float_xml)), quantized([]), sample, size)
+            runs = one_layer_runs(core, core.read_model(str(float_xml)), quantized([]), sample, size)
+            return runs if not nncf_args["smooth_quant"] else replace(runs, without=None)  # weights rescaled
+
+        def real(kept: list[str]) -> Outputs:
+            return run_outputs(core, quantized(kept), data, batch)
 
         report, excluded = sensitivity_and_fallback(settings.sensitivity, settings.keep_float, data, (batch, False),
-                                                    Path(request.dest).parent, measure, one_layer)
+                                                    Path(request.dest).parent, measure, one_layer,
+                                                    AutoKeep(request.budget, real))
         result = quantized(excluded)
     fq = sum(1 for op in result.get_ordered_ops() if op.get_type_name() == "FakeQuantize")
     if fq == 0:
@@ -112,12 +122,13 @@ def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
                             "or MatMul NNCF quantizes); build openvino fp32 or bf16 for it")
     done = Quantized.describe("static", OPENVINO_QUANTIZATION.engines, format="FakeQuantize (OpenVINO IR)",
                               method=method, samples=len(data), per_channel=settings.per_channel,
-                              preset=opts.preset, model_type=opts.model_type, target_device=opts.target_device,
+                              preset=opts.preset, model_type=model_type, model_type_reason=scope_why,
+                              smooth_quant=nncf_args["smooth_quant"], target_device=opts.target_device,
                               fast_bias_correction=opts.fast_bias_correction, subset_size=subset, **bias,
                               overflow_fix=overflow_fix, overflow_fix_reason=overflow_why, cpus=cpu_details(cpus),
                               fake_quantize_nodes=fq, kept_float=excluded, sensitivity=report,
                               calibration={**facts, "data": data.source}, nncf=nncf.__version__)
-    done.notes.append(overflow_why)
+    done.notes += [overflow_why, f"NNCF model_type {model_type or 'default'}: {scope_why}"]
     if bias["bias_correction_refused"]:
         done.notes.append(f"bias correction {bias['bias_correction']}: NNCF refused "
                           + "; ".join(bias["bias_correction_refused"]))
@@ -152,6 +163,18 @@ def quiet_loggers(*names: str, level: int = logging.ERROR) -> Iterator[None]:
     finally:
         for logger, old in zip(loggers, before):
             logger.setLevel(old)
+
+
+def choose_model_type(asked: str | None, operators: str, model: Any) -> tuple[str | None, str]:
+    """NNCF's model_type: the profile's, else "transformer" where ``operators`` resolves to weighted
+    layers only (``quantize/scope.py``: by default, a graph with attention and layer normalization),
+    and why."""
+    if asked is not None:
+        return asked, f"model_type {asked} set by the profile"
+    scope = choose_scope(operators, {op.get_type_name() for op in model.get_ordered_ops()}, "NNCF's default scheme")
+    if not scope.weighted:
+        return None, scope.reason
+    return "transformer", scope.reason + "; NNCF's transformer scheme quantizes the MatMul inputs only"
 
 
 def run_nncf(read_model: Callable[[], Any], data: Dataset, batch: int, args: dict[str, Any], ignored: list[str]
@@ -194,6 +217,10 @@ def quantize_once(model: Any, data: Dataset, batch: int, args: dict[str, Any], i
         }[args["method"]]
     items = data.batches(batch)
     extra = {"model_type": nncf.ModelType.TRANSFORMER} if args["model_type"] == "transformer" else {}
+    if extra and not args["smooth_quant"]:
+        from nncf.quantization.advanced_parameters import AdvancedSmoothQuantParameters
+
+        advanced.smooth_quant_alphas = AdvancedSmoothQuantParameters(matmul=-1)  # -1: SmoothQuant off
     with quiet_nncf():
         return nncf.quantize(model, nncf.Dataset(items), preset=nncf.QuantizationPreset(args["preset"]),
                              target_device=nncf.TargetDevice[args["target_device"]],
@@ -248,7 +275,11 @@ def one_layer_runs(core: Any, float_model: Any, quantized: Any, data: Dataset, b
             raise NotMeasurable(f"layer {name} is not in both the float and the quantized IR")
         return run_outputs(core, with_layer_quantized(float_model, quant_ops[name], values), data, batch)
 
-    return OneLayerRuns(run_outputs(core, float_model, data, batch), only)
+    def without(kept: list[str]) -> Outputs:
+        chosen = [op for name, op in quant_ops.items() if name not in set(kept)]
+        return run_outputs(core, with_layers_quantized(float_model, chosen, values), data, batch)
+
+    return OneLayerRuns(run_outputs(core, float_model, data, batch), only, without)
 
 
 def with_layer_quantized(float_model: Any, quant_op: Any, values: dict[tuple[str, Any], np.ndarray]) -> Any:
@@ -256,17 +287,24 @@ def with_layer_quantized(float_model: Any, quant_op: Any, values: dict[tuple[str
     model) reads its inputs as ``quant_op`` does: the FakeQuantize nodes on its activation inputs
     copied in, on this layer's edges only, and its weights and the bias added after it replaced by
     the quantized model's ``values`` (``layer_constants``). Every other layer stays float."""
+    return with_layers_quantized(float_model, [quant_op], values)
+
+
+def with_layers_quantized(float_model: Any, quant_ops: list[Any], values: dict[tuple[str, Any], np.ndarray]) -> Any:
+    """``with_layer_quantized`` for several layers at once, in one copy of ``float_model``."""
     model = float_model.clone()
-    name = quant_op.get_friendly_name()
-    op = next(o for o in weighted_ops(model) if o.get_friendly_name() == name)
-    for port in range(op.get_input_size()):
-        if (name, port) in values:
-            _set_constant(op.input(port), values[(name, port)], name)
-        else:
-            _copy_fake_quantize(op, port, quant_op)
-    bias = _bias_input(op)
-    if bias is not None and (name, "bias") in values:
-        _set_constant(bias, values[(name, "bias")], name)
+    ops = {o.get_friendly_name(): o for o in weighted_ops(model)}
+    for quant_op in quant_ops:
+        name = quant_op.get_friendly_name()
+        op = ops[name]
+        for port in range(op.get_input_size()):
+            if (name, port) in values:
+                _set_constant(op.input(port), values[(name, port)], name)
+            else:
+                _copy_fake_quantize(op, port, quant_op)
+        bias = _bias_input(op)
+        if bias is not None and (name, "bias") in values:
+            _set_constant(bias, values[(name, "bias")], name)
     return model
 
 

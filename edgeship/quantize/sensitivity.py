@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from edgeship.calibration.dataset import Dataset
+from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_write_text
+from edgeship.quantize.autokeep import AutoKeep, search
 
 SENSITIVITY_FILE = "sensitivity.json"
 SENSITIVITY_IN_DETAILS = 10   # worst layers copied into results.json; the file has them all
@@ -56,6 +58,9 @@ class OneLayerRuns:
 
     reference: Outputs
     only: Callable[[str], Outputs]
+    # every layer quantized but these, emulated on the calibrated graph (keep_float = "auto" searches
+    # on it); None: the backend has no emulation cheaper than quantizing again
+    without: Callable[[list[str]], Outputs] | None = None
 
 
 class NotMeasurable(Exception):
@@ -185,28 +190,47 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def sensitivity_and_fallback(wanted: bool, keep_float: int, data: Dataset, batch: tuple[int, bool], folder: Path,
-                             measure: Callable[[Dataset, int], list[LayerSensitivity]],
-                             one_layer: Callable[[Dataset, int], OneLayerRuns],
+def sensitivity_sample(data: Dataset) -> Dataset:
+    """The calibration samples the sensitivity pass (and keep_float = "auto") runs: seeded, the same
+    for every backend."""
+    return data.take(SENSITIVITY_SAMPLES, seed=0)
+
+
+def sensitivity_and_fallback(wanted: bool, keep_float: int | str, data: Dataset, batch: tuple[int, bool],
+                             folder: Path, measure: Callable[[Dataset, int], list[LayerSensitivity]],
+                             one_layer: Callable[[Dataset, int], OneLayerRuns], auto: AutoKeep | None = None,
                              ) -> tuple[dict[str, Any] | None, list[str]]:
     """The sensitivity report (when ``wanted``, or needed by ``keep_float``) and the ``keep_float``
-    most sensitive layers. ``measure(samples, batch)`` compares the layers (accumulated);
-    ``one_layer(samples, batch)`` runs the model with one layer quantized at a time (own);
-    ``batch`` is (size, any size works)."""
+    most sensitive layers (``"auto"``: as many as the variant's gates on the calibration samples
+    need, ``quantize/autokeep.py``, with ``auto``, whose ``real`` runs every one of ``data``).
+    ``measure(samples, batch)`` compares the layers (accumulated); ``one_layer(samples, batch)``
+    runs the model with one layer quantized at a time (own); ``batch`` is (size, any size works)."""
     if not (wanted or keep_float):
         return None, []
-    sample = data.take(SENSITIVITY_SAMPLES, seed=0)
+    sample = sensitivity_sample(data)
     size = min(batch[0], len(sample)) if batch[1] else batch[0]
     layers = measure(sample, size)
     own = own_contribution(one_layer, sample, size, [s.layer for s in layers])
     report = sensitivity_summary(layers, own, folder, len(sample))
-    return report, [s.layer for s in ranked(layers, own)[:keep_float]]
+    ranking = [s.layer for s in ranked(layers, own)]
+    if keep_float != "auto":
+        return report, ranking[:keep_float]
+    if auto is None or auto.budget is None:
+        raise LoweringError("keep_float = \"auto\" needs the variant's accuracy gates; this quantizer was called "
+                            "without them")
+    runs = one_layer(data, min(batch[0], len(data)) if batch[1] else batch[0])  # judged on every calibration sample
+    choice = search(ranking, runs.reference, data, auto, runs.without)
+    report["auto"] = choice.details(auto.budget)
+    report["auto_note"] = choice.note(auto.budget, len(data))
+    return report, choice.kept
 
 
 def sensitivity_note(report: dict[str, Any] | None) -> list[str]:
-    """The variant's note when the own contribution could not be measured (else none)."""
+    """The variant's notes: what keep_float = "auto" kept, and why the own contribution could not
+    be measured (where it could not)."""
+    notes = [report["auto_note"]] if report and "auto_note" in report else []
     if not report or "own_not_measured" not in report:
-        return []
-    return ["per-layer sensitivity: each layer's own contribution not measured (" + report["own_not_measured"]
+        return notes
+    return notes + ["per-layer sensitivity: each layer's own contribution not measured (" + report["own_not_measured"]
             + "); keep_float ranks layers by their output in the quantized model (error accumulated upstream "
               "counts too)"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, NonNegativeInt
 
 from edgeship.config import StrictModel
 
@@ -39,7 +39,14 @@ class QuantizationSettings(StrictModel):
         None, ge=1, description="Calibration samples for this variant; unset: the profile's [calibration] samples.")
     seed: int | None = Field(
         None, description="Seed for drawing the calibration samples; unset: the profile's [calibration] seed.")
-    keep_float: int = Field(0, ge=0, description="Keep this many of the most sensitive layers in float (static only).")
+    keep_float: NonNegativeInt | Literal["auto"] = Field(
+        0, description="Keep this many of the most sensitive layers in float (static only); \"auto\": the "
+                             "fewest, most sensitive first, that make the variant pass its accuracy gates on "
+                             "calibration samples (never the evaluation set), at most a quarter of the layers.")
+    operators: Literal["auto", "all", "weighted"] = Field(
+        "auto", description="Operators quantized (static only): all that the backend's quantizer takes, or only "
+                            "weighted layers (convolutions, matrix multiplications); auto: weighted only for a "
+                            "graph with attention and layer normalization (a transformer), all otherwise.")
     sensitivity: bool = Field(
         True, description="Measure per-layer sensitivity (SQNR of each layer's quantized output) for static int8.")
 

@@ -38,14 +38,15 @@ def lowerer(model, data: Dataset, folder: Path):
 
     capturer = Capturer(model)
 
-    def run(backend_name: str, method: str, quantization: dict | None = None, cache=None, name: str = "q", **options):
+    def run(backend_name: str, method: str, quantization: dict | None = None, cache=None, name: str = "q",
+            budget=None, **options):
         backend = BACKENDS[backend_name]
         variant = Variant(name=name, backend=backend_name, precision="int8", options=options,
                           quantization={"samples": 16, "seed": 0, **(quantization or {})})
         parsed = backend.parse_options(options)
         captured = capturer.get(method, backend.wants_dynamic_batch(parsed))
         dest = folder / name / f"model{backend.suffix}"
-        artifact = backend.lower(LowerRequest(captured, variant, parsed, dest, lambda: data, cache))
+        artifact = backend.lower(LowerRequest(captured, variant, parsed, dest, lambda: data, cache, budget=budget))
         return artifact, backend.load(artifact.path, parsed, threads=1)
     return run
 

@@ -121,7 +121,7 @@ def test_fx_parts_raise_the_tracing_error_when_no_layer_can_be_traced() -> None:
 
 
 def test_fx_parts_mobile_static_int8_of_an_untraceable_model(tmp_path) -> None:
-    """The PyTorch Mobile quantizer quantizes by parts and says so; keep_float is refused there."""
+    """The PyTorch Mobile quantizer quantizes by parts and says so; keep_float works there too."""
     from types import SimpleNamespace
 
     import numpy as np
@@ -139,13 +139,13 @@ def test_fx_parts_mobile_static_int8_of_an_untraceable_model(tmp_path) -> None:
     def request(**settings):
         variant = SimpleNamespace(quantization=QuantizationSettings(scheme="static", samples=16, **settings))
         return SimpleNamespace(captured=captured, variant=variant, calibration=lambda: data, cache=None,
-                               dest=tmp_path / "model.ptl")
+                               dest=tmp_path / "model.ptl", budget=None)
 
     with quantized_engine("qnnpack"):
         module, quantized = quantize_module(request(), "qnnpack")
         traced = capture_like(captured, module)   # scripted float model, traced quantized one
-        with pytest.raises(LoweringError, match="keep_float needs the per-layer sensitivity report"):
-            quantize_module(request(keep_float=1), "qnnpack")
+        _, one_float = quantize_module(request(keep_float=1), "qnnpack")
+    assert one_float.details["kept_float"] == [one_float.details["sensitivity"]["worst"][0]["layer"]]
     assert quantized.details["fx_parts"]["layers_quantized"] == 3
     assert any("quantized by parts" in note for note in quantized.notes)
     assert sum(n.kind() == "quantized::linear" for n in traced.inlined_graph.nodes()) == 3
