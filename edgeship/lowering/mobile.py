@@ -99,10 +99,14 @@ class PytorchMobileBackend(PytorchMobileSpec, Backend):
             if not _backport_for_mobile(str(path), str(backported), wanted):
                 raise LoweringError(f"cannot bring bytecode version {current} down to {wanted}: "
                                     f"this torch cannot backport that far")
+            before, after = path.stat().st_size, backported.stat().st_size
             backported.replace(path)
         finally:
             backported.unlink(missing_ok=True)
-        notes.append(f"backported from bytecode version {current} to {wanted}")
+        grew = (f"; the file grew from {before / 2**20:.1f} to {after / 2**20:.1f} MiB (before version 8 the "
+                "TorchScript part and the bytecode cannot share tensors, so each is stored twice)"
+                if after > 1.2 * before else "")
+        notes.append(f"backported from bytecode version {current} to {wanted}{grew}")
         return _get_model_bytecode_version(str(path))
 
 
