@@ -1,5 +1,6 @@
 """The short table printed at the end of a build: variant, size, the task's headline accuracy
-(top-1 for classification, mAP@0.5 vs float for detection, ...), SQNR, p50 per device."""
+(top-1 for classification, mAP@0.5 vs float for detection, ...) and, for embeddings, the nearest
+neighbour's recall@1 against float, SQNR, p50 per device."""
 from __future__ import annotations
 
 from rich.console import Console
@@ -9,21 +10,27 @@ from rich.table import Table
 from edgeship.reports.formatting import headline_metric, metric_label, metric_text
 from edgeship.results import Accuracy, Results, VariantResult
 
+SECOND = {"embedding": "recall_at_1_vs_float"}  # a task's second figure, shown where results hold it
+
 
 def results_table(results: Results) -> Table:
     """One row per variant; one p50 column per device measured; for an emulated device, whose
     times are the emulator's, the SQNR of its own outputs instead."""
     devices = list(dict.fromkeys(lat.device for v in results.variants for lat in v.latency))
     emulated = {lat.device for v in results.variants for lat in v.latency if lat.emulated is not None}
-    headline = _headline(results)
+    headline, second = _headline(results), _second(results)
     table = Table(title=f"{results.model.name} on {results.target}", title_justify="left")
-    for column in ("variant", "backend", "precision", "size", metric_label(headline), "SQNR dB"):
+    figures = [metric_label(headline), *([metric_label(second)] if second else []), "SQNR dB"]
+    for column in ("variant", "backend", "precision", "size", *figures):
         table.add_column(column, justify="left" if column in ("variant", "backend", "precision") else "right")
     for d in devices:
         table.add_column(f"SQNR dB {d} (emulated)" if d in emulated else f"p50 ms {d}", justify="right")
     table.add_column("gates")
     for v in results.variants:
-        table.add_row(v.name, v.backend, v.precision, _size(v.size_bytes), *_accuracy(v, headline),
+        cells = _accuracy(v, headline)
+        if second:
+            cells = (cells[0], _unusable(v.accuracy) or _headline_text(v.accuracy, second), cells[1])
+        table.add_row(v.name, v.backend, v.precision, _size(v.size_bytes), *cells,
                       *[_device_sqnr(v, d) if d in emulated else _p50(v, d) for d in devices], _gates(v))
     return table
 
@@ -50,7 +57,15 @@ def _headline(results: Results) -> str:
     return headline_metric(task, present)
 
 
-def _accuracy(v: VariantResult, headline: str) -> tuple[str, str]:
+def _second(results: Results) -> str | None:
+    """The task's second figure when any variant's results hold it (recall@1 for embeddings)."""
+    name = SECOND.get(results.model.task)
+    held = any(v.accuracy and v.accuracy.task and v.accuracy.task.values.get(name) is not None
+               for v in results.variants)
+    return name if name and held else None
+
+
+def _accuracy(v: VariantResult, headline: str) -> tuple[str, ...]:
     a = v.accuracy
     unusable = _unusable(a)
     if unusable is not None:

@@ -216,6 +216,9 @@ def test_embedding_shows_the_set_metrics_where_the_results_hold_them() -> None:
     assert header(md, "cosine mean")[5:10] == ["cosine mean", "cosine worst", "recall@1 vs float",
                                                "Spearman vs float", "recall@1 vs labels"]
     assert "| 0.9987 | 0.9901 | 97.50% | 0.9981 | 96.25% | 31.5 |" in row(md, "ort-int8")
+    text = console_text(build)  # the build's console table: the headline and recall@1 vs float
+    assert "cosine mean" in text and "recall@1 vs float" in text and "97.50%" in text
+    assert "recall@1 vs float" not in console_text(embedding_build())  # older results: not shown
     text = console_text(embedding_build())
     assert "cosine mean" in text and re.search(r"ort-int8 .* 0\.9987 .* 31\.5 ", text)
 
