@@ -27,14 +27,21 @@ def minilm():
         sys.modules.pop("minilm", None)
 
 
-def test_minilm_embeds_every_evaluation_sentence_as_sentence_transformers_does(minilm) -> None:
+@pytest.fixture(scope="module")
+def embedded(minilm) -> np.ndarray:
+    """The example model's embeddings of the 240 evaluation sentences, padded to 64 tokens."""
     import torch
+
+    inputs = minilm.tokenize(minilm.read_evaluation()[0])
+    with torch.inference_mode():
+        return minilm.build()(*(torch.from_numpy(inputs[k]) for k in ("input_ids", "attention_mask"))).numpy()
+
+
+def test_minilm_embeds_every_evaluation_sentence_as_sentence_transformers_does(minilm, embedded) -> None:
     from sentence_transformers import SentenceTransformer
 
     sentences, _ = minilm.read_evaluation()
-    inputs = minilm.tokenize(sentences)
-    with torch.inference_mode():
-        ours = minilm.build()(*(torch.from_numpy(inputs[k]) for k in ("input_ids", "attention_mask"))).numpy()
+    ours = embedded
     theirs = SentenceTransformer(str(minilm.model_folder()), device="cpu").encode(sentences, batch_size=32)
     assert ours.shape == (240, 384)
     assert np.abs(ours - theirs).max() < 1e-5  # padding to 64 tokens changes nothing: the mask keeps it out
@@ -51,14 +58,16 @@ def test_minilm_data_is_paraphrase_pairs_apart_from_the_calibration_sentences(mi
     assert lengths.max() <= minilm.TOKENS  # nothing is truncated at the length evaluated on
 
 
-def test_minilm_float_model_finds_most_paraphrases(minilm) -> None:
+def test_minilm_float_model_finds_most_paraphrases(minilm, embedded) -> None:
     """The float model's own recall@1 against the pairs: the figure every variant is read beside."""
-    import torch
-
     from edgeship.tasks.embedding import embedding_metrics
 
-    sentences, groups = minilm.read_evaluation()
-    inputs = minilm.tokenize(sentences)
-    with torch.inference_mode():
-        out = minilm.build()(*(torch.from_numpy(inputs[k]) for k in ("input_ids", "attention_mask"))).numpy()
-    assert embedding_metrics(out, out, groups).values["recall_at_1_vs_labels"] == pytest.approx(233 / 240)
+    groups = minilm.read_evaluation()[1]
+    assert embedding_metrics(embedded, embedded, groups).values["recall_at_1_vs_labels"] == pytest.approx(233 / 240)
+
+
+def test_minilm_sizes_are_the_evaluation_sentences_truncated_and_padded(minilm) -> None:
+    short, long = (next(iter(minilm.at_size(size))) for size in ("min", "max"))
+    assert short["input_ids"].shape == (1, 8) and long["input_ids"].shape == (1, 128)
+    assert short["input_ids"][0, -1] == 102 and short["attention_mask"].all()  # [SEP] kept last
+    assert (long["input_ids"][0, :7] == short["input_ids"][0, :7]).all()  # the same sentence, cut after 6 pieces
