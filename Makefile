@@ -9,7 +9,7 @@ DEVICE ?=
 
 .DEFAULT_GOAL := build
 WEB    := web/node_modules/.installed
-.PHONY: build setup lint test test-slow test-all matrix bench bench-team bench-quick bench-quant bench-cpu-kinds bench-ceiling bench-web-settings bench-web-ceiling zoo clean
+.PHONY: build setup lint test test-slow test-all matrix bench bench-trained bench-team bench-quick bench-quant bench-cpu-kinds bench-ceiling bench-web-settings bench-web-ceiling zoo clean
 
 # The sentinel is rebuilt when .venv is missing or pyproject.toml changed.
 $(VENV)/.installed: pyproject.toml
@@ -52,6 +52,12 @@ matrix: $(VENV)/.installed
 
 bench: $(VENV)/.installed $(WEB)
 	$(BIN)/python benchmarks/bench.py
+	$(BIN)/python benchmarks/trained.py
+
+# The two models with trained weights (the demo, all-MiniLM-L6-v2) side by side per backend and
+# precision: task metric, size, p50 interleaved (benchmarks/results/trained.json).
+bench-trained: $(VENV)/.installed
+	$(BIN)/python benchmarks/trained.py
 
 # Day-to-day: resnet18 on the host profile only, fewer rounds.
 # A team lab's costs: Ray's overhead per build task on the demo matrix, and rows/s into one
