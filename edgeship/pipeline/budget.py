@@ -6,10 +6,12 @@ calibration samples: the quantizer compares its float and quantized models there
 the evaluation set, so the evaluation figures stay a held-out measure of what it chose. Gates that
 need what calibration samples do not give are left out: top-1 against labels (calibration data
 need not have them), the set gates of an embedding task (nearest neighbours need a set built for
-it) and latency. The gates are held a little tighter than the profile sets them (``MARGIN``): a
-choice that only just passes on the calibration samples can miss on others (on all-MiniLM-L6-v2,
-ONNX Runtime's choice without the margin read mean cosine 0.9902 on the evaluation set and 0.9892
-on the sentences at 8 tokens, against a gate of 0.99).
+it) and latency. The gates are held tighter than the profile sets them (``MARGIN``): a choice
+that only just passes on the calibration samples can miss on others, and the calibration samples
+are at the spec's opt size only (on all-MiniLM-L6-v2 against a mean-cosine gate of 0.99, ONNX
+Runtime's choice with no margin read 0.9902 on the evaluation set and 0.9892 on the sentences cut to
+8 tokens; with a tenth held back, the same 6 layers and the same miss; with a quarter, 8 layers and
+0.9929).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from edgeship.profile import Gates
 from edgeship.tasks.evaluate import SET_GATES, TaskJudge
 
 NOT_ON_CALIBRATION = (*SET_GATES, "max_top1_drop", "max_p50_ms")
-MARGIN = 0.1  # of each gate's allowed error, held back: cosine 0.99 is judged as 0.991, SQNR 20 dB as 20.46
+MARGIN = 0.25  # of each gate's allowed error, held back: cosine 0.99 is judged as 0.9925, SQNR 20 dB as 21.25
 SHARES = ("min_cosine", "min_cosine_worst", "min_agreement", "min_map50_vs_float", "min_recall_vs_float",
           "min_miou_vs_float", "min_pixel_agreement")  # gates on a share or cosine: at most 1
 
@@ -48,7 +50,7 @@ class CalibrationBudget:
             value = getattr(gates, name)
             if value is not None:
                 tighter[name] = 1.0 - (1.0 - value) * (1.0 - MARGIN)
-        if gates.min_sqnr_db is not None:  # the allowed noise power, a tenth less
+        if gates.min_sqnr_db is not None:  # the allowed noise power, MARGIN less
             tighter["min_sqnr_db"] = gates.min_sqnr_db - 10.0 * math.log10(1.0 - MARGIN)
         return cls(judge, gates.model_copy(update=tighter))
 
@@ -59,7 +61,7 @@ class CalibrationBudget:
         set_gates = [(g, getattr(self.gates, g)) for g in TASK_GATES[self.judge.task] if getattr(self.gates, g)
                      is not None]
         judged = ", ".join(f"{g} {v:.6g}" for g, v in set_gates) or "no accuracy gate"
-        return f"{judged} (a tenth of each gate's allowed error held back)" if set_gates else judged
+        return f"{judged} ({MARGIN:.0%} of each gate's allowed error held back)" if set_gates else judged
 
     def failures(self, samples: Dataset, reference: list[np.ndarray], outputs: list[np.ndarray]) -> list[str]:
         ref = Reference(Dataset(samples.inputs, None, samples.source), reference, self.judge.names,
