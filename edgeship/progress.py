@@ -9,6 +9,14 @@ from rich.console import Console
 from rich.markup import escape
 
 console = Console(stderr=True, highlight=False)
+_quiet = [False]  # the running build's --quiet, for lines from deep inside a step (detail)
+
+
+def detail(message: str) -> None:
+    """A progress line from inside a step (a quantizer's per-layer loop), which has no Progress of
+    its own; silent when the build is quiet."""
+    if not _quiet[0]:
+        console.print(message, markup=False)
 
 
 class Progress:
@@ -16,6 +24,7 @@ class Progress:
 
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
+        _quiet[0] = quiet
 
     def info(self, message: str) -> None:
         if not self.quiet:

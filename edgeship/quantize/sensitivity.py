@@ -143,10 +143,10 @@ def own_contribution(make_runs: Callable[[Dataset, int], OneLayerRuns], sample: 
 def _progress(done: int, total: int, start: float) -> None:
     """One line every PROGRESS_EVERY layers on the build's progress console (stderr)."""
     if total >= PROGRESS_EVERY and (done % PROGRESS_EVERY == 0 or done == total):
-        from edgeship.progress import console
+        from edgeship.progress import detail
 
-        console.print(f"  per-layer sensitivity: {done}/{total} layers quantized one at a time "
-                      f"({time.perf_counter() - start:.0f} s)", markup=False)
+        detail(f"  per-layer sensitivity: {done}/{total} layers quantized one at a time "
+               f"({time.perf_counter() - start:.0f} s)")
 
 
 def ranked(layers: list[LayerSensitivity], own: OwnContribution) -> list[LayerSensitivity]:

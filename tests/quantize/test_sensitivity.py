@@ -59,3 +59,16 @@ def test_sensitivity_falls_back_to_the_accumulated_ranking_and_says_so_when_outp
 def test_fixed_float_outputs_leaves_out_integer_and_ragged_outputs() -> None:
     batches = [[np.zeros((1, 4), np.float32), np.zeros(1, np.int64), np.zeros((n, 4), np.float32)] for n in (2, 3)]
     assert fixed_float_outputs(batches) == [0]
+
+
+def test_the_per_layer_progress_lines_follow_the_builds_quiet(capsys) -> None:
+    from edgeship.progress import Progress
+    from edgeship.quantize.sensitivity import PROGRESS_EVERY, _progress
+
+    Progress(quiet=False)
+    _progress(PROGRESS_EVERY, PROGRESS_EVERY, 0.0)
+    assert f"{PROGRESS_EVERY}/{PROGRESS_EVERY} layers quantized one at a time" in capsys.readouterr().err
+    Progress(quiet=True)
+    _progress(PROGRESS_EVERY, PROGRESS_EVERY, 0.0)
+    assert capsys.readouterr().err == ""
+    Progress(quiet=False)
