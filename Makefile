@@ -9,7 +9,7 @@ DEVICE ?=
 
 .DEFAULT_GOAL := build
 WEB    := web/node_modules/.installed
-.PHONY: build setup lint test test-slow test-all matrix bench bench-trained bench-team bench-quick bench-quant bench-cpu-kinds bench-ceiling bench-web-settings bench-web-ceiling zoo clean
+.PHONY: build setup setup-arm lint test test-slow test-all matrix bench bench-trained bench-team bench-quick bench-quant bench-cpu-kinds bench-ceiling bench-web-settings bench-web-ceiling zoo clean
 
 # The sentinel is rebuilt when .venv is missing or pyproject.toml changed.
 $(VENV)/.installed: pyproject.toml
@@ -26,6 +26,14 @@ $(WEB): web/package.json web/package-lock.json
 	else echo "npm not found: onnxruntime-web not installed (apt-get install npm); browser rows will say so"; fi
 
 setup: $(VENV)/.installed $(WEB)
+
+# The emulated Arm device (arm64-emulated): an aarch64 Python 3.11 with ONNX Runtime, ExecuTorch and
+# torch, run by qemu-user (~1 minute, 0.9 GB under ~/.cache/edgeship, made once; pins in
+# edgeship/devices/armroot.py). Needs Debian's mmdebstrap and qemu-user.
+setup-arm: $(VENV)/.installed
+	@command -v mmdebstrap >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 || \
+		{ echo "setup-arm needs mmdebstrap and qemu-user: apt-get install mmdebstrap qemu-user"; exit 1; }
+	$(BIN)/edgeship devices setup arm64-emulated
 
 build: $(VENV)/.installed $(WEB)
 	$(BIN)/edgeship build --target $(target) $(if $(MODEL),--model $(MODEL)) \

@@ -82,6 +82,21 @@ def check_device(name: str, devices_file: str | Path | None = None) -> DeviceRep
     return devices(devices_file).device(name).check()
 
 
+def setup_device(name: str, devices_file: str | Path | None = None) -> Path:
+    """Prepare what device ``name`` runs in: an emulated aarch64 device's root folder (made once,
+    kept under ~/.cache/edgeship); its path. Other devices need no setup (DeviceError)."""
+    from edgeship.devices import armroot
+    from edgeship.devices.qemu import QemuDevice
+    from edgeship.errors import DeviceError
+    from edgeship.progress import console
+
+    device = devices(devices_file).device(name)
+    if not (isinstance(device, QemuDevice) and device.arm):
+        raise DeviceError(f"device {name!r} needs no setup: `edgeship devices setup` prepares an emulated aarch64 "
+                          "device (transport = \"qemu\", arch = \"aarch64\"), such as arm64-emulated")
+    return armroot.setup(device.root, lambda line: console.print(line, markup=False), device.qemu)
+
+
 def report(results: list[str | Path] | None = None, *, db: str | None = None, out: str | Path | None = None,
            model: str | None = None, target: str | None = None, threshold_pct: float = 10.0,
            top1_tolerance: float = 0.0, fail_on_regression: bool = False) -> WrittenReport:

@@ -39,6 +39,9 @@ def parser() -> argparse.ArgumentParser:
     dsub.add_parser("list", help="every device: transport, address, what it runs")
     c = dsub.add_parser("check", help="reach a device: OS, architecture, Python, runtimes, free disk")
     c.add_argument("name", help="device name")
+    u = dsub.add_parser("setup", help="prepare what an emulated Arm device runs in (once; arm64-emulated: an aarch64 "
+                                      "Python with ONNX Runtime, ExecuTorch and torch, ~0.9 GB)")
+    u.add_argument("name", help="device name (transport qemu, arch aarch64)")
     add_report_parser(sub)
     add_bundle_parser(sub)
     add_matrix_parser(sub)
@@ -161,12 +164,16 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    """``devices list`` (exit 0) or ``devices check NAME`` (exit 3 when it cannot be reached or probed)."""
+    """``devices list`` (exit 0), ``devices check NAME`` (exit 3 when it cannot be reached or probed)
+    or ``devices setup NAME`` (exit 1 when the root cannot be made)."""
     from edgeship import api
     from edgeship.devices.listing import check_text, list_text
 
     if args.devices_command == "list":
         print(list_text(api.devices(args.devices_file)))
+        return 0
+    if args.devices_command == "setup":
+        api.setup_device(args.name, args.devices_file)
         return 0
     report = api.check_device(args.name, args.devices_file)
     print(check_text(report))

@@ -154,16 +154,23 @@ class QemuConfig(StrictModel):
     emulator's time (latency rows say "emulated" and never count as a speed)."""
 
     transport: Literal["qemu"] = Field(description="qemu: the runner under qemu-user on this machine.")
-    arch: Literal["x86_64"] = Field(
+    arch: Literal["x86_64", "aarch64"] = Field(
         "x86_64", description="The emulated architecture: x86_64 (this machine's Python and runtimes, on the CPU "
-                              "model `cpu`).")
+                              "model `cpu`) or aarch64 (an aarch64 Python and runtimes in `root`, made by `make "
+                              "setup-arm`).")
     cpu: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._,+=-]*$",
                      description="qemu's CPU model (-cpu): Haswell (AVX2 without VNNI or AVX-512), Nehalem "
-                                 "(SSE4.2), ...; `qemu-x86_64 -cpu help` lists them.")
+                                 "(SSE4.2), ...; aarch64: max (every feature qemu has: dotprod, i8mm, bf16, SVE2), "
+                                 "neoverse-n1 (dotprod), cortex-a72 (Armv8.0); `qemu-ARCH -cpu help` lists them.")
     qemu: str | None = Field(None, min_length=1, description="The emulator to run; unset: qemu-<arch> (Debian's "
                                                              "qemu-user package).")
     python: str | None = Field(
-        None, description="Python that runs the runner (an x86_64 one); unset: the one running edgeship.")
+        None, description="Python that runs the runner; unset: x86_64, the one running edgeship; aarch64, the "
+                          "root's python3.11.")
+    root: str | None = Field(
+        None, min_length=1, description="aarch64: the folder with the aarch64 Python and runtimes (qemu -L); unset: "
+                                        "the one `make setup-arm` makes (~/.cache/edgeship/arm64-root-<pins>, or "
+                                        "$EDGESHIP_ARM_ROOT).")
     warmup: int = Field(1, ge=0, description="Untimed runs before the timed ones (at most the profile's).")
     iterations: int = Field(3, ge=1, description="Timed runs (at most the profile's): emulated time shows only "
                                                  "what the run took, so a few are enough.")
@@ -181,10 +188,13 @@ CONFIGS: dict[str, type[StrictModel]] = {"local": LocalConfig, "ssh": SshConfig,
                                          "browser": BrowserConfig, "qemu": QemuConfig}
 # Devices every build knows, devices file or not (a file may redefine them). x86-avx2-emulated: an
 # x86-64 CPU with AVX2 and no VNNI or AVX-512 (most AMD Zen 1-3 machines, Intel client CPUs before
-# Ice Lake), for the int8 kernels of CPUs a newer build machine does not have.
+# Ice Lake), for the int8 kernels of CPUs a newer build machine does not have. arm64-emulated: an
+# Armv9 CPU with every feature qemu emulates (dotprod, i8mm, bf16, SVE2), running the aarch64 builds
+# of the runtimes android and jetson artifacts use (devices/armroot.py).
 BUILT_IN: dict[str, StrictModel] = {"host": LocalConfig(transport="local"),
                                      "browser": BrowserConfig(transport="browser"),
-                                     "x86-avx2-emulated": QemuConfig(transport="qemu", cpu="Haswell")}
+                                     "x86-avx2-emulated": QemuConfig(transport="qemu", cpu="Haswell"),
+                                     "arm64-emulated": QemuConfig(transport="qemu", arch="aarch64", cpu="max")}
 
 
 class DeviceSet:

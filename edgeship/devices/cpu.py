@@ -53,6 +53,7 @@ ARM_PARTS = {
     ("0x41", "0xd42"): "Cortex-A78AE", ("0x41", "0xd44"): "Cortex-X1", ("0x41", "0xd46"): "Cortex-A510",
     ("0x41", "0xd47"): "Cortex-A710", ("0x41", "0xd48"): "Cortex-X2", ("0x41", "0xd49"): "Neoverse-N2",
     ("0x41", "0xd4b"): "Cortex-A78C", ("0x41", "0xd4f"): "Neoverse-V2", ("0x4e", "0x004"): "NVIDIA Carmel",
+    ("0x00", "0x051"): "QEMU max (emulated)",  # implementer 0x00: software; qemu's -cpu max
 }
 # (leaf, subleaf, register 0-3 = eax ebx ecx edx, bit) -> Linux's flag name, for X86_FLAGS (and
 # osxsave, which says XGETBV may be run); from Intel's SDM vol. 2A, CPUID, and Linux's cpufeatures.h.

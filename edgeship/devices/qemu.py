@@ -1,13 +1,17 @@
 """A CPU this machine does not have, emulated by qemu-user: the shipped runner, unchanged, run by
-this machine's Python (x86-64) under ``qemu-x86_64 -cpu MODEL``.
+this machine's Python (x86-64) under ``qemu-x86_64 -cpu MODEL``, or by an aarch64 Python with the
+aarch64 builds of the runtimes (``qemu-aarch64 -L ROOT -cpu max``, the root made by armroot.py).
 
 What it gives is real: every runtime dispatches its kernels on the CPUID the emulator answers
 (``-cpu Haswell``: AVX2, no AVX-512, no VNNI; QEMU 7.2's TCG has no AVX-512 at all), so the outputs
 are those of the kernels that CPU would run, saturation and rounding included. What it does not
 give is that CPU's time: TCG translates every instruction, so a latency row of this device is
 labelled ``emulated`` (``Latency.emulated``) and no report, gate, selection or comparison uses it
-as a speed. The CPU facts come from the emulated CPU itself (cpu.py reads CPUID when
-``EDGESHIP_CPU_FACTS=cpuid``), since /proc/cpuinfo under qemu-user is the host's file.
+as a speed. The CPU facts come from the emulated CPU itself: x86, cpu.py reads CPUID when
+``EDGESHIP_CPU_FACTS=cpuid`` (/proc/cpuinfo under qemu-user is the host's file); aarch64, the
+root's /proc/cpuinfo, written from the emulated CPU's HWCAP when the root was made. On aarch64
+only the runtimes the root has run (ARM_RUNTIMES); an x86 artifact that needs this machine's
+compiled code (an AOTInductor .so, OpenVINO) is skipped with the reason.
 
 The device uses this machine's CPU: it shares the host's lock, so the host is never timed while
 an emulated job runs beside it.
@@ -25,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from edgeship.devices import armroot
 from edgeship.devices.base import PROBE, DeviceReport, Job, JobResult, MeasurementError, probe_report
 from edgeship.devices.cpu import SOURCE_ENV
 from edgeship.devices.local import LocalDevice
@@ -35,6 +40,7 @@ CPU_SCRIPT = HERE / "cpu.py"
 # What qemu-user prints to stderr on every start for the features TCG leaves out of a CPU model.
 QEMU_WARNING = "warning: TCG doesn't support requested feature"
 INSTALL = "Debian: apt-get install qemu-user"
+ARM_RUNTIMES = ("executorch", "onnxruntime", "pytorch-mobile", "torchscript")  # what the aarch64 root runs
 
 
 class QemuDevice(LocalDevice):
@@ -45,8 +51,17 @@ class QemuDevice(LocalDevice):
     transport = "qemu"
 
     def __init__(self, name: str, config: Any) -> None:
-        super().__init__(name, config.python)
         self.config = config
+        super().__init__(name, config.python or (str(self.root / armroot.PYTHON) if self.arm else None))
+
+    @property
+    def arm(self) -> bool:
+        return self.config.arch == "aarch64"
+
+    @property
+    def root(self) -> Path:
+        """aarch64: the folder qemu takes the aarch64 Python and libraries from."""
+        return Path(self.config.root) if self.config.root else armroot.default_root()
 
     @property
     def qemu(self) -> str:
@@ -65,9 +80,15 @@ class QemuDevice(LocalDevice):
         return f"{self.qemu} {self.qemu_version} -cpu {self.config.cpu} (TCG)"
 
     def skip_reason(self, job: Job, host_unavailable: str | None) -> str | None:
-        # Eager stays on the host; the rest runs on this machine's runtimes, so what cannot run here
-        # cannot run under the emulator either.
-        return super().skip_reason(job, None) or host_unavailable
+        # Eager stays on the host. x86: the rest runs on this machine's runtimes, so what cannot run
+        # here cannot run under the emulator either. aarch64: the runtimes of the root.
+        first = super().skip_reason(job, None)
+        if first or not self.arm:
+            return first or host_unavailable
+        if job.runtime not in ARM_RUNTIMES:
+            return (f"{job.runtime} has no aarch64 runtime on {self.name} (the emulated root has "
+                    f"{', '.join(ARM_RUNTIMES)})")
+        return self.qemu_missing()
 
     def planned(self, job: Job) -> Job:
         return replace(job, warmup=min(job.warmup, self.config.warmup),
@@ -89,9 +110,13 @@ class QemuDevice(LocalDevice):
 
     def emulator(self) -> list[str]:
         """The command line prefix that runs a program on the emulated CPU."""
+        if self.arm:
+            return [self.qemu, "-L", str(self.root), "-cpu", self.config.cpu]
         return [self.qemu, "-cpu", self.config.cpu]
 
     def environment(self) -> dict[str, str]:
+        if self.arm:  # the root's Python, not this machine's environment for it
+            return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"PYTHONNOUSERSITE": "1"}
         return {**os.environ, SOURCE_ENV: "cpuid"}
 
     def runner_output(self, text: str) -> str:
@@ -116,7 +141,7 @@ class QemuDevice(LocalDevice):
 
     @functools.cached_property
     def emulated_cpu(self) -> dict[str, Any]:
-        """The emulated CPU's facts, read by cpu.py with CPUID under the emulator."""
+        """The emulated CPU's facts, read by cpu.py under the emulator (x86: with CPUID)."""
         missing = self.qemu_missing()
         if missing:
             return unknown_cpu(missing)
@@ -131,10 +156,10 @@ class QemuDevice(LocalDevice):
                               timeout=timeout, env=self.environment())
 
     def qemu_missing(self) -> str | None:
-        """Why the emulator cannot run here (not installed), or None."""
+        """Why the emulator cannot run here (not installed, the aarch64 root not set up), or None."""
         if shutil.which(self.qemu) is None:
             return f"{self.qemu} is not installed here ({INSTALL})"
-        return None
+        return armroot.root_problem(self.root) if self.arm else None
 
     def require_qemu(self) -> None:
         missing = self.qemu_missing()

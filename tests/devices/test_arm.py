@@ -1,0 +1,135 @@
+"""The emulated Arm device (built-in arm64-emulated): the shipped runner in an aarch64 Python under
+qemu-aarch64, with the aarch64 builds of ExecuTorch, ONNX Runtime and torch from the root folder
+``make setup-arm`` makes. The build test skips, with the reason, where the root is not set up
+(.ci/run sets it up); the rest runs everywhere."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from edgeship import api
+from edgeship.devices import armroot
+from edgeship.devices.base import Job
+from edgeship.devices.config import BUILT_IN, QemuConfig, load_devices
+from edgeship.devices.cpu import parse_cpuinfo
+from edgeship.errors import DeviceError
+from tests.conftest import REPO
+from tests.test_bad_input import toml_document
+
+ARM = "arm64-emulated"
+ROOT_PROBLEM = armroot.root_problem(armroot.default_root())
+needs_root = pytest.mark.skipif(ROOT_PROBLEM is not None or shutil.which("qemu-aarch64") is None,
+                                reason=f"{ROOT_PROBLEM or 'qemu-aarch64 is not installed (apt-get install qemu-user)'}")
+
+
+def _job(runtime: str) -> Job:
+    return Job(runtime=runtime, artifact=None, sha256=None, inputs=Path(), input_names=[], batch=1, warmup=0,
+               iterations=0, threads=None, timeout_s=1)
+
+
+def test_arm64_emulated_is_built_in_and_runs_the_roots_python(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv(armroot.ROOT_ENV, str(tmp_path / "root"))
+    device = BUILT_IN[ARM].device(ARM)
+    assert device.arm and device.python == str(tmp_path / "root" / "usr/bin/python3.11")
+    assert device.emulator() == ["qemu-aarch64", "-L", str(tmp_path / "root"), "-cpu", "max"]
+
+
+def test_without_its_root_every_row_says_how_to_set_it_up(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv(armroot.ROOT_ENV, str(tmp_path / "nothing"))
+    device = BUILT_IN[ARM].device(ARM)
+    reason = device.skip_reason(_job("executorch"), None)
+    if shutil.which("qemu-aarch64") is None:
+        assert "qemu-aarch64 is not installed here" in reason
+    else:
+        assert reason == (f"the aarch64 root {tmp_path / 'nothing'} is not set up here: run make setup-arm (or: "
+                          "edgeship devices setup arm64-emulated) (about 1 minute, 0.9 GB)")
+    assert not device.check().reachable
+
+
+def test_a_runtime_the_root_does_not_have_is_named_with_the_reason(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv(armroot.ROOT_ENV, str(tmp_path))
+    device = BUILT_IN[ARM].device(ARM)
+    assert device.skip_reason(_job("openvino"), None) == (
+        "openvino has no aarch64 runtime on arm64-emulated (the emulated root has executorch, onnxruntime, "
+        "pytorch-mobile, torchscript)")
+    assert device.skip_reason(_job("eager"), None).startswith("the eager float model runs only on the host")
+
+
+def test_a_change_of_pins_makes_a_new_root(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv(armroot.ROOT_ENV, raising=False)
+    before = armroot.default_root()
+    before.mkdir(parents=True)
+    (before / armroot.MARKER).write_text(json.dumps({"pins": armroot.pins_hash()}))
+    assert armroot.root_problem(before) is None
+    monkeypatch.setattr(armroot, "WHEELS", (*armroot.WHEELS, ("extra-1.0-py3-none-any.whl", "0" * 64)))
+    after = armroot.default_root()
+    assert after != before and after.parent == before.parent
+    assert "is not set up here" in armroot.root_problem(after)
+    after.mkdir()  # a folder of these pins whose marker says otherwise (made by another version)
+    (after / armroot.MARKER).write_text(json.dumps({"pins": "0123456789abcdef"}))
+    assert "was made for other pins" in armroot.root_problem(after)
+
+
+def test_the_roots_cpuinfo_names_qemus_cpu_and_its_features(tmp_path) -> None:
+    names = armroot.features((1 << 0) | (1 << 1) | (1 << 20), (1 << 13) | (1 << 14))
+    assert names == ["fp", "asimd", "asimddp", "i8mm", "bf16"]
+    armroot.write_cpu_files(tmp_path, names, 2)
+    facts = parse_cpuinfo((tmp_path / "proc/cpuinfo").read_text())
+    assert facts["model"] == "QEMU max (emulated)" and facts["arch"] == "aarch64"
+    assert set(facts["flags"]) == {"neon", "dotprod", "i8mm", "bf16"}
+    assert (tmp_path / "sys/devices/system/cpu/cpu1/regs/identification/midr_el1").read_text() == armroot.MIDR + "\n"
+
+
+def test_devices_setup_refuses_a_device_that_needs_none() -> None:
+    with pytest.raises(DeviceError, match="'host' needs no setup"):
+        api.setup_device("host")
+
+
+def test_a_devices_file_takes_an_aarch64_qemu_device(tmp_path) -> None:
+    path = tmp_path / "devices.toml"
+    path.write_text(f'[devices.pi]\ntransport = "qemu"\narch = "aarch64"\ncpu = "cortex-a72"\nroot = "{tmp_path}"\n')
+    device = load_devices(path).device("pi")
+    assert device.emulator() == ["qemu-aarch64", "-L", str(tmp_path), "-cpu", "cortex-a72"]
+    assert isinstance(BUILT_IN[ARM], QemuConfig)
+
+
+def _arm_profile(folder: Path) -> Path:
+    """The android profile's int8 variants and host.toml's onnx-int8 and openvino-int8."""
+    android = tomllib.loads((REPO / "targets" / "android.toml").read_text())
+    host = tomllib.loads((REPO / "targets" / "host.toml").read_text())
+    variants = [v for v in android["variants"] if v.get("precision") == "int8"]
+    variants += [v for v in host["variants"] if v["name"] in ("onnx-int8", "openvino-int8")]
+    doc = {"description": "int8 on x86 and on aarch64 kernels", "capture": host["capture"],
+           "latency": {"warmup": 2, "iterations": 10}, "gates": android["gates"], "variants": variants}
+    path = folder / "arm.toml"
+    path.write_text(toml_document(doc))
+    return path
+
+
+@needs_root
+def test_the_demos_int8_variants_run_on_aarch64_kernels(tmp_path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "edgeship", "build", "--target", str(_arm_profile(tmp_path)),
+                           "--out", str(out), "--device", "host", "--device", ARM], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=1800, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["name"]: r for r in json.loads((out / "results.json").read_text())["variants"]}
+    for name in ("executorch-xnnpack-int8", "mobile-int8-qnnpack", "onnx-int8"):
+        host, arm = rows[name]["latency"]
+        assert (host["device"], arm["device"]) == ("host", ARM) and rows[name]["gates"]["passed"]
+        assert arm["emulated"].startswith("qemu-aarch64 ") and arm["emulated"].endswith("-cpu max (TCG)")
+        assert arm["cpu"]["arch"] == "aarch64" and {"dotprod", "i8mm"} <= set(arm["cpu"]["flags"])
+        assert arm["accuracy"]["top1_drop"] <= 1.0 and arm["accuracy"]["sqnr_db"] >= 20
+        assert abs(arm["accuracy"]["sqnr_db"] - host["accuracy"]["sqnr_db"]) < 3  # other kernels, same model
+    openvino = rows["openvino-int8"]
+    assert [lat["device"] for lat in openvino["latency"]] == ["host"]
+    assert f"{ARM}: not measured here: openvino has no aarch64 runtime on {ARM} (the emulated root has " \
+           "executorch, onnxruntime, pytorch-mobile, torchscript)" in openvino["notes"]
