@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from edgeship.devices.cpu import hwcap_names
 from edgeship.errors import EdgeshipError
 
 DEBIAN = ("bookworm", "http://deb.debian.org/debian", "http://deb.debian.org/debian-security bookworm-security main")
@@ -78,12 +79,6 @@ MARKER = ".edgeship-root.json"
 ROOT_ENV = "EDGESHIP_ARM_ROOT"  # a finished root folder to use instead of the cached one
 TOOLS = {"mmdebstrap": "mmdebstrap", "qemu-aarch64": "qemu-user"}  # program -> Debian package
 SETUP = "make setup-arm (or: edgeship devices setup arm64-emulated)"
-# HWCAP / HWCAP2 bits -> /proc/cpuinfo feature names (Linux, arch/arm64/include/uapi/asm/hwcap.h).
-HWCAP = ("fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop "
-         "sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg").split()
-HWCAP2 = ("dcpodp sve2 sveaes svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svef32mm svef64mm svebf16 "
-          "i8mm bf16 dgh rng bti mte ecv afp rpres mte3 sme sme_i16i64 sme_f64f64 sme_i8i32 sme_f16f32 sme_b16f32 "
-          "sme_f32f32 sme_fa64").split()
 AUXV = ("import ctypes; c = ctypes.CDLL(None); c.getauxval.restype = ctypes.c_ulong; "
         "print(c.getauxval(16), c.getauxval(26))")
 MIDR = "0x00000000000f0510"  # qemu's own CPU (implementer 0x00, part 0x051), as qemu 10 reports -cpu max
@@ -199,12 +194,7 @@ def _cpu_files(root: Path, qemu: str) -> None:
         hwcap, hwcap2 = (int(v) for v in proc.stdout.split())
     except ValueError:
         raise RootError(f"python3.11 under {qemu} did not run: {proc.stderr.strip()[-400:]}") from None
-    write_cpu_files(root, features(hwcap, hwcap2), os.cpu_count() or 1)
-
-
-def features(hwcap: int, hwcap2: int) -> list[str]:
-    """The feature names /proc/cpuinfo lists for these auxiliary-vector bits."""
-    return [n for i, n in enumerate(HWCAP) if hwcap >> i & 1] + [n for i, n in enumerate(HWCAP2) if hwcap2 >> i & 1]
+    write_cpu_files(root, hwcap_names(hwcap, hwcap2), os.cpu_count() or 1)
 
 
 def write_cpu_files(root: Path, names: list[str], cores: int) -> None:

@@ -19,6 +19,9 @@ Where the facts come from:
   ``machdep.cpu.leaf7_features`` lists. Best effort: written from Apple's documented sysctl names,
   not checked on a Mac here.
 - Anything else (Windows, BSD): the model from ``platform.processor()`` where it says one, no flags.
+- With ``EDGESHIP_CPU_FACTS=hwcap`` (aarch64 Linux): the features the kernel (or qemu-user) puts in
+  the process's auxiliary vector (getauxval AT_HWCAP, AT_HWCAP2), which is what the runtimes'
+  own dispatch reads; no model (an emulator names its CPU model itself).
 - With ``EDGESHIP_CPU_FACTS=cpuid`` in the environment (x86-64 Linux): the CPUID instruction itself,
   run through ctypes, with the OS's XCR0 for the AVX/AVX-512/AMX register state. An emulator sets
   it: under qemu-user, /proc/cpuinfo is the host's file while CPUID answers as the emulated CPU,
@@ -72,7 +75,13 @@ CPUID_BITS = {
 }
 # XCR0 bits the OS must have set for a group's registers: SSE|AVX (1, 2), + opmask/ZMM (5-7), + tiles (17, 18).
 XCR0_NEEDS = {"avx": 0x6, "avx512": 0xE6, "amx": 0x60006}
-SOURCE_ENV = "EDGESHIP_CPU_FACTS"  # "cpuid": read the CPU with the CPUID instruction (set by emulators)
+SOURCE_ENV = "EDGESHIP_CPU_FACTS"  # "cpuid" / "hwcap": read the CPU itself (set by emulators)
+# AT_HWCAP / AT_HWCAP2 bits, in order -> Linux's /proc/cpuinfo names (arch/arm64/include/uapi/asm/hwcap.h).
+HWCAP = ("fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop "
+         "sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg").split()
+HWCAP2 = ("dcpodp sve2 sveaes svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svef32mm svef64mm svebf16 "
+          "i8mm bf16 dgh rng bti mte ecv afp rpres mte3 sme sme_i16i64 sme_f64f64 sme_i8i32 sme_f16f32 sme_b16f32 "
+          "sme_f32f32 sme_fa64").split()
 X86_MACHINES = ("x86_64", "amd64", "i386", "i486", "i586", "i686", "x86")
 # macOS x86_64: machdep.cpu.features / leaf7_features names -> Linux's.
 MAC_X86_FEATURES = {"SSE4.2": "sse4_2", "AVX1.0": "avx", "AVX2": "avx2", "FMA": "fma", "F16C": "f16c",
@@ -88,6 +97,8 @@ def cpu_facts():
     machine = platform.machine() or None
     if os.environ.get(SOURCE_ENV) == "cpuid":
         return cpuid_facts(machine)
+    if os.environ.get(SOURCE_ENV) == "hwcap":
+        return hwcap_facts(machine)
     try:
         if sys.platform.startswith("linux") and os.path.exists(CPUINFO):
             with open(CPUINFO) as f:
@@ -114,6 +125,30 @@ def cpuid_facts(machine):
     except Exception as e:  # no executable memory (a hardened kernel), no ctypes
         return {"model": None, "arch": machine, "flags": [], "source": "unknown",
                 "error": "CPUID could not be run: %s: %s" % (type(e).__name__, e)}
+
+
+def hwcap_facts(machine):
+    """The facts from the auxiliary vector (aarch64 Linux only; elsewhere unknown, with the reason)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.getauxval.restype = ctypes.c_ulong
+        libc.getauxval.argtypes = [ctypes.c_ulong]
+        if machine not in ("aarch64", "arm64"):
+            raise OSError("the auxiliary vector's HWCAP bits are read on aarch64, not %s" % machine)
+        names = hwcap_names(libc.getauxval(16), libc.getauxval(26))  # AT_HWCAP, AT_HWCAP2
+    except Exception as e:
+        return {"model": None, "arch": machine, "flags": [], "source": "unknown",
+                "error": "HWCAP could not be read: %s: %s" % (type(e).__name__, e)}
+    return {"model": None, "arch": machine, "flags": sorted(set(ARM_FEATURES[n] for n in names if n in ARM_FEATURES)),
+            "source": "hwcap"}
+
+
+def hwcap_names(hwcap, hwcap2):
+    """/proc/cpuinfo's feature names for AT_HWCAP and AT_HWCAP2 bits."""
+    return ([n for i, n in enumerate(HWCAP) if hwcap >> i & 1]
+            + [n for i, n in enumerate(HWCAP2) if hwcap2 >> i & 1])
 
 
 def parse_cpuid(cpuid, xcr0, machine="x86_64"):

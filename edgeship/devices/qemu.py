@@ -115,8 +115,9 @@ class QemuDevice(LocalDevice):
         return [self.qemu, "-cpu", self.config.cpu]
 
     def environment(self) -> dict[str, str]:
-        if self.arm:  # the root's Python, not this machine's environment for it
-            return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {"PYTHONNOUSERSITE": "1"}
+        if self.arm:  # the root's Python, not this machine's environment for it; cpu.py reads HWCAP
+            return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")} | {
+                "PYTHONNOUSERSITE": "1", SOURCE_ENV: "hwcap"}
         return {**os.environ, SOURCE_ENV: "cpuid"}
 
     def runner_output(self, text: str) -> str:
@@ -137,7 +138,10 @@ class QemuDevice(LocalDevice):
         return report
 
     def own_cpu(self) -> dict[str, Any] | None:
-        return self.emulated_cpu
+        facts = self.emulated_cpu
+        if self.arm and facts.get("source") == "hwcap":  # HWCAP has the features; the model is qemu's
+            return {**facts, "model": f"qemu -cpu {self.config.cpu} (emulated aarch64)"}
+        return facts
 
     @functools.cached_property
     def emulated_cpu(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from edgeship import api
 from edgeship.devices import armroot
 from edgeship.devices.base import Job
 from edgeship.devices.config import BUILT_IN, QemuConfig, load_devices
-from edgeship.devices.cpu import parse_cpuinfo
+from edgeship.devices.cpu import hwcap_names, parse_cpuinfo
 from edgeship.errors import DeviceError
 from tests.conftest import REPO
 from tests.test_bad_input import toml_document
@@ -79,7 +79,7 @@ def test_a_change_of_pins_makes_a_new_root(monkeypatch, tmp_path) -> None:
 
 
 def test_the_roots_cpuinfo_names_qemus_cpu_and_its_features(tmp_path) -> None:
-    names = armroot.features((1 << 0) | (1 << 1) | (1 << 20), (1 << 13) | (1 << 14))
+    names = hwcap_names((1 << 0) | (1 << 1) | (1 << 20), (1 << 13) | (1 << 14))
     assert names == ["fp", "asimd", "asimddp", "i8mm", "bf16"]
     armroot.write_cpu_files(tmp_path, names, 2)
     facts = parse_cpuinfo((tmp_path / "proc/cpuinfo").read_text())
@@ -126,10 +126,23 @@ def test_the_demos_int8_variants_run_on_aarch64_kernels(tmp_path) -> None:
         host, arm = rows[name]["latency"]
         assert (host["device"], arm["device"]) == ("host", ARM) and rows[name]["gates"]["passed"]
         assert arm["emulated"].startswith("qemu-aarch64 ") and arm["emulated"].endswith("-cpu max (TCG)")
-        assert arm["cpu"]["arch"] == "aarch64" and {"dotprod", "i8mm"} <= set(arm["cpu"]["flags"])
+        assert arm["cpu"]["model"] == "qemu -cpu max (emulated aarch64)" and arm["cpu"]["source"] == "hwcap"
+        assert arm["cpu"]["arch"] == "aarch64" and {"dotprod", "i8mm", "bf16"} <= set(arm["cpu"]["flags"])
         assert arm["accuracy"]["top1_drop"] <= 1.0 and arm["accuracy"]["sqnr_db"] >= 20
         assert abs(arm["accuracy"]["sqnr_db"] - host["accuracy"]["sqnr_db"]) < 3  # other kernels, same model
     openvino = rows["openvino-int8"]
     assert [lat["device"] for lat in openvino["latency"]] == ["host"]
     assert f"{ARM}: not measured here: openvino has no aarch64 runtime on {ARM} (the emulated root has " \
            "executorch, onnxruntime, pytorch-mobile, torchscript)" in openvino["notes"]
+
+
+@needs_root
+def test_each_emulated_arm_cpu_model_reports_its_own_features(tmp_path) -> None:
+    """The root's /proc/cpuinfo is written once (for -cpu max); the CPU facts come from HWCAP, so a
+    device emulating an older core reports that core's features, as the runtimes see them."""
+    old = QemuConfig(transport="qemu", arch="aarch64", cpu="cortex-a72").device("pi4")
+    facts = old.own_cpu()
+    assert facts["source"] == "hwcap" and facts["model"] == "qemu -cpu cortex-a72 (emulated aarch64)"
+    assert "neon" in facts["flags"] and not {"dotprod", "i8mm", "bf16", "sve"} & set(facts["flags"])
+    new = BUILT_IN[ARM].device(ARM).own_cpu()
+    assert {"neon", "dotprod", "i8mm", "bf16", "sve", "sve2"} <= set(new["flags"])
