@@ -454,6 +454,7 @@ def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[La
     from the float model's in count, shape or dtype. Gates on the whole evaluation set
     (``SET_GATES``) are not judged on the few seeded samples of the min and max sizes."""
     result = check_gates(gates, accuracy, latency, task)
+    first = next((row for row in latency if row.accuracy is accuracy and accuracy is not None), None)
     for row in latency:
         where = row.device + (f" at the {row.size} size" if row.size else "")
         result.failures += [f"output signature on {where}: {m}" for m in row.output_mismatch]
@@ -461,10 +462,24 @@ def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[La
             result.failures.append(f"did not run on {where}: {row.run_error}")
         if row.accuracy is not None and row.accuracy is not accuracy:
             row_gates = gates.model_copy(update=dict.fromkeys(SET_GATES)) if row.size else gates
-            result.failures += [f"{f} on {where}" for f in check_gates(row_gates, row.accuracy, [], task).failures
+            beside = first if first is not None and not row.size and first.device != row.device else None
+            result.failures += [f"{f}{_on_first(f, beside)} on {where}"
+                                for f in check_gates(row_gates, row.accuracy, [], task).failures
                                 if not (f.startswith(NOT_INFORMATIVE) and f in result.failures)]  # said once
     result.passed = not result.failures
     return result
+
+
+def _on_first(failure: str, first: Latency | None) -> str:
+    """" (host: 30.2)": the failed figure on the first device, beside a failure on another one (the
+    same artifact on other kernels), where the first device measured it."""
+    if first is None or first.accuracy is None:
+        return ""
+    metric = failure.split(" ", 1)[0]
+    value = getattr(first.accuracy, metric, None)
+    if value is None and first.accuracy.task is not None:
+        value = first.accuracy.task.values.get(metric)
+    return f" ({first.device}: {value:.4g})" if isinstance(value, int | float) else ""
 
 
 def has_accuracy_gates(gates: Gates, task: str = "classification") -> bool:

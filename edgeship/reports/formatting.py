@@ -291,6 +291,48 @@ class OutputTable:
         return f"{self.model} ({', '.join(dict.fromkeys(ln.build.label for ln in self.lines))})"
 
 
+@dataclass
+class DeviceAccuracyTable:
+    """The accuracy of each variant's outputs on each device that returned some, side by side (an
+    emulated Arm CPU's kernels beside this machine's): ``columns`` are (header, key)."""
+
+    task: str
+    devices: list[str]
+    columns: list[tuple[str, str]]
+    lines: list[Line]
+
+
+def device_accuracy_tables(report: Report) -> list[DeviceAccuracyTable]:
+    """One table per task where two or more devices returned outputs; none otherwise."""
+    tables = []
+    for table in task_tables(report):
+        devices = [d for d in report.devices
+                   if any(lat.device == d and lat.accuracy is not None and not lat.size
+                          for ln in table.lines for lat in ln.variant.latency)]
+        if len(devices) < 2:
+            continue
+        keys = ["top1", "sqnr_db"] if table.task == "classification" else [table.columns[0][1], "sqnr_db"]
+        lines = [ln for ln in table.lines if ln.variant.backend != "eager"]
+        tables.append(DeviceAccuracyTable(table.task, devices, [(metric_label(k), k) for k in keys], lines))
+    return tables
+
+
+def device_accuracy_cell(line: Line, key: str, device: str) -> Shown:
+    """``key`` of the outputs ``line`` returned on ``device`` (never the variant's own figure)."""
+    lat = line.latency(device)
+    if lat is None or lat.accuracy is None:
+        return Shown(NOT_MEASURED, why_no_accuracy_on(line, device))
+    return accuracy(line, key, device) if key in ACCURACY_LABELS else task_metric(line, key, device)
+
+
+def why_no_accuracy_on(line: Line, device: str) -> str:
+    lat = line.latency(device)
+    if lat is None:
+        return why_no_latency(line, device)
+    return "; ".join(n for n in lat.notes if n.startswith("not measured")) or (
+        f"{device} returned no outputs for {line.variant.name}" + (f": {lat.run_error}" if lat.run_error else ""))
+
+
 def cpu_choices(report: Report) -> list[tuple[str, str]]:
     """(variant, why) for every setting a quantizer chose from the target CPUs (the ``*_reason``
     entries of ``lowering.details.quantization``: ONNX Runtime's reduce_range, NNCF's overflow_fix)."""
