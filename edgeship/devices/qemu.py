@@ -40,7 +40,8 @@ CPU_SCRIPT = HERE / "cpu.py"
 # What qemu-user prints to stderr on every start for the features TCG leaves out of a CPU model.
 QEMU_WARNING = "warning: TCG doesn't support requested feature"
 INSTALL = "Debian: apt-get install qemu-user"
-ARM_RUNTIMES = ("executorch", "onnxruntime", "pytorch-mobile", "torchscript")  # what the aarch64 root runs
+# What the aarch64 root runs; tensorrt: its ONNX by the ONNX Runtime proxy, as on any device without TensorRT.
+ARM_RUNTIMES = ("executorch", "onnxruntime", "pytorch-mobile", "torchscript", "tensorrt")
 
 
 class QemuDevice(LocalDevice):

@@ -58,7 +58,7 @@ def test_a_runtime_the_root_does_not_have_is_named_with_the_reason(monkeypatch, 
     device = BUILT_IN[ARM].device(ARM)
     assert device.skip_reason(_job("openvino"), None) == (
         "openvino has no aarch64 runtime on arm64-emulated (the emulated root has executorch, onnxruntime, "
-        "pytorch-mobile, torchscript)")
+        "pytorch-mobile, torchscript, tensorrt)")
     assert device.skip_reason(_job("eager"), None).startswith("the eager float model runs only on the host")
 
 
@@ -137,7 +137,7 @@ def test_the_demos_int8_variants_run_on_aarch64_kernels(tmp_path) -> None:
     openvino = rows["openvino-int8"]
     assert [lat["device"] for lat in openvino["latency"]] == ["host"]
     assert f"{ARM}: not measured here: openvino has no aarch64 runtime on {ARM} (the emulated root has " \
-           "executorch, onnxruntime, pytorch-mobile, torchscript)" in openvino["notes"]
+           "executorch, onnxruntime, pytorch-mobile, torchscript, tensorrt)" in openvino["notes"]
 
 
 @needs_root
