@@ -100,6 +100,9 @@ class QemuDevice(LocalDevice):
         self.require_qemu()
         short = self.planned(job)
         result = super().run_job(short, workdir)
+        cpu = result.document.get("cpu")
+        if self.arm and isinstance(cpu, dict) and cpu.get("source") == "hwcap" and not cpu.get("model"):
+            cpu["model"] = self.arm_model  # HWCAP has the features; the emulated model is the device's to name
         if short.iterations < job.iterations or short.warmup < job.warmup:
             result.notes.append(f"emulated CPU: {short.warmup} warmup and {short.iterations} timed iterations "
                                 f"instead of {job.warmup} and {job.iterations} (the time is the emulator's, not "
@@ -141,8 +144,12 @@ class QemuDevice(LocalDevice):
     def own_cpu(self) -> dict[str, Any] | None:
         facts = self.emulated_cpu
         if self.arm and facts.get("source") == "hwcap":  # HWCAP has the features; the model is qemu's
-            return {**facts, "model": f"qemu -cpu {self.config.cpu} (emulated aarch64)"}
+            return {**facts, "model": self.arm_model}
         return facts
+
+    @property
+    def arm_model(self) -> str:
+        return f"qemu -cpu {self.config.cpu} (emulated aarch64)"
 
     @functools.cached_property
     def emulated_cpu(self) -> dict[str, Any]:
