@@ -90,6 +90,16 @@ class CpuFacts(ResultModel):
                    source=doc.get("source") or "unknown")
 
 
+class DeviceAgreement(ResultModel):
+    """How closely one device computes an artifact's outputs against another device."""
+
+    device: str = Field(description="The device compared against (the build's first that returned outputs).")
+    equal: bool = Field(description="Every output bit for bit the same.")
+    sqnr_db: float | None = Field(None, description="SQNR of these outputs against that device's, in dB; None when "
+                                                    "equal (infinite) or the outputs cannot be paired.")
+    max_abs_diff: float | None = Field(None, description="Largest absolute difference; None when not paired.")
+
+
 class Latency(ResultModel):
     """One variant timed on one device."""
 
@@ -143,6 +153,10 @@ class Latency(ResultModel):
     cpu: CpuFacts | None = Field(
         None, description="The CPU this row ran on (model, architecture, ISA flags); None when the device did not "
                           "say (an adb device's native benchmark program, a row from an older build).")
+    vs_first_device: DeviceAgreement | None = Field(
+        None, description="This device's outputs against the first device's outputs of the same artifact at the "
+                          "same size (two kernel families computing one file); None on the first device or where "
+                          "either returned no outputs.")
     emulated: str | None = Field(
         None, description="The emulator the device ran under (qemu-user and its CPU model): outputs and accuracy "
                           "are that CPU's kernels', the times are the emulator's, never the CPU's, so no speed-up, "

@@ -16,12 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from rich.markup import escape
 
 from edgeship.devices import Device, Job
 from edgeship.devices.base import MeasurementError
 from edgeship.devices.lock import DeviceLock, describe
 from edgeship.errors import first_line
+from edgeship.metrics import sqnr_db
 from edgeship.outputs import mismatches
 from edgeship.pipeline.validate import (
     Measurement,
@@ -33,7 +35,7 @@ from edgeship.pipeline.validate import (
 )
 from edgeship.profile import LatencySettings
 from edgeship.progress import Progress
-from edgeship.results import Latency, ModelInfo, Results, VariantResult, now_utc
+from edgeship.results import DeviceAgreement, Latency, ModelInfo, Results, VariantResult, now_utc
 
 
 @dataclass
@@ -206,6 +208,7 @@ def record_measurements(row: VariantResult, tasks: list[Task], ref: Reference, c
     sizes after), with the accuracy of that device's own outputs against the reference at that
     size; the variant's accuracy is the first device's at the opt size that returned outputs. The
     eager row gets its own checks (:func:`~edgeship.pipeline.validate.reference_gates`)."""
+    first_outputs: dict[str | None, tuple[str, list]] = {}  # size -> (device, outputs): the first that returned some
     for task in tasks:
         lat = task.reused
         if lat is None:
@@ -216,6 +219,10 @@ def record_measurements(row: VariantResult, tasks: list[Task], ref: Reference, c
                 lat.output_mismatch = mismatches(sized.signatures, task.result.outputs, row.precision)
                 if not lat.output_mismatch:
                     lat.accuracy = accuracy_of(sized, task.result.outputs)[0]
+                    if task.job.size in first_outputs:
+                        lat.vs_first_device = device_agreement(*first_outputs[task.job.size], task.result.outputs)
+                    else:
+                        first_outputs[task.job.size] = (lat.device, task.result.outputs)
         row.latency.append(lat)
     first = next((lat for lat in row.latency if lat.accuracy is not None and lat.size is None), None)
     if first is not None:
@@ -224,6 +231,27 @@ def record_measurements(row: VariantResult, tasks: list[Task], ref: Reference, c
         row.notes += [f"accuracy from outputs on {first.device}"] + accuracy_notes(first.accuracy, labelled)
     if row.backend == "eager":
         row.gates = reference_gates(ref, row.accuracy)
+
+
+def device_agreement(device: str, first: list, outputs: list) -> DeviceAgreement:
+    """``outputs`` against ``first`` (another device's outputs of the same artifact): equal bit for
+    bit, else SQNR and the largest difference over every numeric output (None when they do not pair)."""
+    a, b = _flat(first), _flat(outputs)
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
+        return DeviceAgreement(device=device, equal=False)
+    if all(np.array_equal(x, y) for x, y in zip(a, b, strict=True)):
+        return DeviceAgreement(device=device, equal=True, max_abs_diff=0.0)
+    ref = np.concatenate([x.astype(np.float64).ravel() for x in a]) if a else np.zeros(0)
+    out = np.concatenate([y.astype(np.float64).ravel() for y in b]) if b else np.zeros(0)
+    if not (np.isfinite(ref).all() and np.isfinite(out).all()):
+        return DeviceAgreement(device=device, equal=False)
+    return DeviceAgreement(device=device, equal=False, sqnr_db=sqnr_db(ref, out),
+                           max_abs_diff=float(np.max(np.abs(out - ref))) if ref.size else None)
+
+
+def _flat(outputs: list) -> list[np.ndarray]:
+    """Every array of a runner's outputs (a ragged output is one array per sample), in order."""
+    return [a for o in outputs for a in (o if isinstance(o, list) else [o])]
 
 
 def unmeasured_devices(rows: list[VariantResult], devices: list[str]) -> list[str]:

@@ -313,15 +313,25 @@ def device_accuracy_tables(report: Report) -> list[DeviceAccuracyTable]:
             continue
         keys = ["top1", "sqnr_db"] if table.task == "classification" else [table.columns[0][1], "sqnr_db"]
         lines = [ln for ln in table.lines if ln.variant.backend != "eager"]
-        tables.append(DeviceAccuracyTable(table.task, devices, [(metric_label(k), k) for k in keys], lines))
+        columns = [(metric_label(k), k) for k in keys] + [(f"vs {devices[0]}, SQNR", "vs_first")]
+        tables.append(DeviceAccuracyTable(table.task, devices, columns, lines))
     return tables
 
 
 def device_accuracy_cell(line: Line, key: str, device: str) -> Shown:
-    """``key`` of the outputs ``line`` returned on ``device`` (never the variant's own figure)."""
+    """``key`` of the outputs ``line`` returned on ``device`` (never the variant's own figure);
+    ``vs_first``: how close they are to the first device's outputs of the same artifact."""
     lat = line.latency(device)
     if lat is None or lat.accuracy is None:
         return Shown(NOT_MEASURED, why_no_accuracy_on(line, device))
+    if key == "vs_first":
+        agree = lat.vs_first_device
+        if agree is None:
+            return Shown("-")
+        if agree.equal:
+            return Shown("bit-equal")
+        return Shown(f"{agree.sqnr_db:.1f} dB" if agree.sqnr_db is not None else NOT_MEASURED,
+                     None if agree.sqnr_db is not None else f"the outputs on {device} and {agree.device} do not pair")
     return accuracy(line, key, device) if key in ACCURACY_LABELS else task_metric(line, key, device)
 
 

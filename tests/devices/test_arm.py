@@ -130,9 +130,13 @@ def test_the_demos_int8_variants_run_on_aarch64_kernels(tmp_path) -> None:
         assert arm["cpu"]["arch"] == "aarch64" and {"dotprod", "i8mm", "bf16"} <= set(arm["cpu"]["flags"])
         assert arm["accuracy"]["top1_drop"] <= 1.0 and arm["accuracy"]["sqnr_db"] >= 20
         assert abs(arm["accuracy"]["sqnr_db"] - host["accuracy"]["sqnr_db"]) < 3  # other kernels, same model
+        agree = arm["vs_first_device"]  # the aarch64 outputs against x86's, of the same file
+        assert agree["device"] == "host" and (agree["equal"] or agree["sqnr_db"] > 25)
+        assert host["vs_first_device"] is None
     report = (out / "report.md").read_text()
     table = report.split("## Accuracy on each device")[1].split("## ")[0]
-    assert f"| variant | top-1 host | SQNR (dB) host | top-1 {ARM} | SQNR (dB) {ARM} |" in table
+    assert (f"| variant | top-1 host | SQNR (dB) host | vs host, SQNR host | top-1 {ARM} | SQNR (dB) {ARM} | "
+            f"vs host, SQNR {ARM} |") in table
     assert "| executorch-xnnpack-int8 | " in table and f"{ARM} is emulated (qemu-aarch64" in report
     openvino = rows["openvino-int8"]
     assert [lat["device"] for lat in openvino["latency"]] == ["host"]

@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from edgeship.devices.base import Job, JobResult, TransportError
@@ -181,3 +182,15 @@ def test_resume_reuses_an_emulated_measurement_taken_with_the_devices_own_iterat
     asked.warmup, asked.iterations = 10, 100
     tasks, reasons = plan_tasks([(row, asked, None)], [device], tmp_path, prev, ReuseKey((), "in", "ref"))
     assert tasks[0].reused is not None and reasons["reused"] == 0 and sum(reasons.values()) == 0
+
+
+def test_device_agreement_compares_one_artifacts_outputs_on_two_devices() -> None:
+    from edgeship.pipeline.schedule import device_agreement
+
+    a = [np.array([[1.0, 2.0, 3.0]], dtype=np.float32), [np.ones(2), np.zeros(3)]]
+    same = device_agreement("host", a, [x.copy() if not isinstance(x, list) else [y.copy() for y in x] for x in a])
+    assert same.equal and same.sqnr_db is None and same.max_abs_diff == 0.0
+    near = device_agreement("host", a, [a[0] + np.float32(0.01), a[1]])
+    assert not near.equal and 40 < near.sqnr_db < 70 and abs(near.max_abs_diff - 0.01) < 1e-6
+    other = device_agreement("host", a, [a[0][:, :2], a[1]])
+    assert (other.equal, other.sqnr_db, other.max_abs_diff) == (False, None, None)

@@ -20,8 +20,9 @@ def test_markdown_puts_the_devices_side_by_side(two_device_build: Path) -> None:
     header = next(line for line in text.splitlines() if line.startswith("| variant | " + f"{a} p50"))
     assert f"| {b} p50 | {b} p90 | {b} speed-up vs eager | {b} / {a} |" in header
     rows = [line for line in text.splitlines() if line.startswith("| executorch-fp32 |")]
-    assert len(rows) == 2 and rows[1].count("|") == header.count("|")  # variants table, latency table
-    assert "## Same artifact on several devices" in text
+    assert len(rows) == 3 and rows[2].count("|") == header.count("|")  # variants, accuracy per device, latency
+    assert rows[1].endswith("| bit-equal |")  # the same file's outputs on the second device: bit for bit the first's
+    assert "## Same artifact on several devices" in text and "## Accuracy on each device" in text
 
 
 def test_markdown_lists_each_not_measured_reason_once(two_device_build: Path) -> None:
