@@ -25,6 +25,33 @@ samples = 24
 """
 
 
+def shipped_variants_profile(folder: Path, name: str, description: str, variants: list[dict],
+                             gates_of: str = "host") -> Path:
+    """A profile of variants taken from the shipped ones (host.toml's capture, targets/``gates_of``'s
+    gates, 2 warmup and 10 timed runs), written as ``folder/name.toml``."""
+    import tomllib
+
+    from tests.test_bad_input import toml_document
+
+    host = tomllib.loads((REPO / "targets" / "host.toml").read_text())
+    gates = tomllib.loads((REPO / "targets" / f"{gates_of}.toml").read_text())["gates"]
+    doc = {"description": description, "capture": host["capture"], "latency": {"warmup": 2, "iterations": 10},
+           "gates": gates, "variants": variants}
+    path = folder / f"{name}.toml"
+    path.write_text(toml_document(doc))
+    return path
+
+
+def build_on(profile: Path, out: Path, devices: list[str], timeout: float = 1800):
+    """``edgeship build --target profile --out out --device ...`` as a user runs it (a subprocess)."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "edgeship", "build", "--target", str(profile), "--out", str(out)]
+    return subprocess.run(command + [a for d in devices for a in ("--device", d)], cwd=out.parent,
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def write_profile(folder: Path, variants: str, name: str = "testhost", extra: str = "") -> Path:
     """A profile with fast latency settings and the given ``[[variants]]`` TOML."""
     path = folder / f"{name}.toml"

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +15,8 @@ import tomllib
 
 from edgeship.devices.cpu import cpu_facts
 from edgeship.quantize.cpu_choice import cpu_verdict
-from tests.conftest import REPO
+from tests.conftest import REPO, build_on, shipped_variants_profile
 from tests.devices.test_qemu import HASWELL, needs_qemu
-from tests.test_bad_input import toml_document
 
 
 def int8_variants(target: str, prefix: str = "") -> list[dict]:
@@ -29,25 +26,18 @@ def int8_variants(target: str, prefix: str = "") -> list[dict]:
 
 def cpu_kinds_profile(folder: Path) -> Path:
     """host.toml's and x86.toml's int8 variants as shipped, and openvino-int8 at NNCF's default."""
-    host = tomllib.loads((REPO / "targets" / "host.toml").read_text())
     variants = int8_variants("host") + int8_variants("x86", "x86-")
     default = next(v for v in variants if v["name"] == "openvino-int8")
     variants.append({**default, "name": "openvino-int8-nncf-default",  # no layer kept float: NNCF's default as is
                      "quantization": {**default["quantization"], "keep_float": 0},
                      "options": {**default.get("options", {}), "overflow_fix": "first_layer_only"}})
-    doc = {"description": "the shipped int8 variants on two CPU kinds", "capture": host["capture"],
-           "latency": {"warmup": 2, "iterations": 10}, "gates": host["gates"], "variants": variants}
-    path = folder / "cpu-kinds.toml"
-    path.write_text(toml_document(doc))
-    return path
+    return shipped_variants_profile(folder, "cpu-kinds", "the shipped int8 variants on two CPU kinds", variants)
 
 
 @needs_qemu
 def test_the_shipped_int8_variants_pass_on_an_avx2_cpu_without_vnni_and_on_this_one(tmp_path) -> None:
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "edgeship", "build", "--target", str(cpu_kinds_profile(tmp_path)),
-                           "--out", str(out), "--device", "host", "--device", HASWELL], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=1200)
+    proc = build_on(cpu_kinds_profile(tmp_path), out, ["host", HASWELL], timeout=1200)
     assert proc.returncode == 3, proc.stderr[-3000:]  # the NNCF-default variant fails, on the emulated CPU only
     rows = {r["name"]: r for r in json.loads((out / "results.json").read_text())["variants"]}
     shipped = [name for name in rows if name not in ("eager", "openvino-int8-nncf-default")]

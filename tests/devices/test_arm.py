@@ -5,10 +5,7 @@ qemu-aarch64, with the aarch64 builds of ExecuTorch, ONNX Runtime and torch from
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +17,7 @@ from edgeship.devices.base import Job
 from edgeship.devices.config import BUILT_IN, QemuConfig, load_devices
 from edgeship.devices.cpu import hwcap_names, parse_cpuinfo
 from edgeship.errors import DeviceError
-from tests.conftest import REPO
-from tests.test_bad_input import toml_document
+from tests.conftest import REPO, build_on, shipped_variants_profile
 
 ARM = "arm64-emulated"
 ROOT_PROBLEM = armroot.root_problem(armroot.default_root())
@@ -107,19 +103,13 @@ def _arm_profile(folder: Path) -> Path:
     host = tomllib.loads((REPO / "targets" / "host.toml").read_text())
     variants = [v for v in android["variants"] if v.get("precision") == "int8"]
     variants += [v for v in host["variants"] if v["name"] in ("onnx-int8", "openvino-int8")]
-    doc = {"description": "int8 on x86 and on aarch64 kernels", "capture": host["capture"],
-           "latency": {"warmup": 2, "iterations": 10}, "gates": android["gates"], "variants": variants}
-    path = folder / "arm.toml"
-    path.write_text(toml_document(doc))
-    return path
+    return shipped_variants_profile(folder, "arm", "int8 on x86 and on aarch64 kernels", variants, "android")
 
 
 @needs_root
 def test_the_demos_int8_variants_run_on_aarch64_kernels(tmp_path) -> None:
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "edgeship", "build", "--target", str(_arm_profile(tmp_path)),
-                           "--out", str(out), "--device", "host", "--device", ARM], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=1800, env={**os.environ})
+    proc = build_on(_arm_profile(tmp_path), out, ["host", ARM])
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {r["name"]: r for r in json.loads((out / "results.json").read_text())["variants"]}
     for name in ("executorch-xnnpack-int8", "mobile-int8-qnnpack", "onnx-int8"):
