@@ -169,7 +169,8 @@ def test_bad_input_base_documents_load(tmp_path: Path) -> None:
         (folder / name).write_text(toml_document(doc))
     assert len(load_profile(folder / "p.toml").variants) == 4
     assert load_spec(folder / "m.toml").inputs[0].shape == [1, 3, 8, 8]
-    assert load_devices(folder / "d.toml").names == ["host", "browser", "x86-avx2-emulated", "orin", "pixel", "me"]
+    assert load_devices(folder / "d.toml").names == ["host", "browser", "x86-avx2-emulated", "arm64-emulated",
+                                                     "orin", "pixel", "me"]
 
 
 KINDS = pytest.mark.parametrize(("base", "load", "error"), [(PROFILE, load_profile, ProfileError),

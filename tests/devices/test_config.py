@@ -31,7 +31,7 @@ def test_devices_file_reads_every_transport_and_always_has_host_and_browser(tmp_
         programs = { executorch = "/data/local/tmp/executor_runner" }
         """)
     devices = load_devices(path)
-    assert devices.names == ["host", "browser", "x86-avx2-emulated", "orin", "pixel8"]
+    assert devices.names == ["host", "browser", "x86-avx2-emulated", "arm64-emulated", "orin", "pixel8"]
     orin, pixel, host = devices.select(["orin", "pixel8", "host", "orin"])
     assert ((orin.address, orin.config.identity, orin.config.port)
             == ("nvidia@orin.local:22", tmp_path / "id_ed25519", 22))
@@ -70,7 +70,7 @@ def test_devices_file_lists_every_problem_with_its_key(tmp_path) -> None:
 def test_devices_unknown_device_name_exits_2_listing_the_known_ones(tmp_path) -> None:
     path = devices_file(tmp_path, '[devices.orin]\ntransport = "ssh"\nhost = "o"\n')
     with pytest.raises(DeviceError, match=r"--device oirn: no device 'oirn' in .*"
-                                          r"one of: browser, host, orin, x86-avx2-emulated "
+                                          r"one of: arm64-emulated, browser, host, orin, x86-avx2-emulated "
                                           r"\(did you mean \"orin\"\?\)"):
         load_devices(path).select(["oirn"])
 

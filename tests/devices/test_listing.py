@@ -33,8 +33,9 @@ def test_devices_list_shows_each_device_transport_and_address(capsys, tmp_path) 
     assert lines[2].split()[:3] == ["browser", "browser", f"chromium@{socket.gethostname()}"]
     assert lines[3].split()[:4] == ["x86-avx2-emulated", "qemu", "qemu-x86_64", "-cpu"]
     assert "the runner, emulated" in lines[3]
-    assert lines[4].split()[:3] == ["orin", "ssh", "nvidia@orin.local:2222"]
-    assert lines[5].split()[:4] == ["pixel8", "adb", "38011FDJH00ABC", "executorch:"]
+    assert lines[4].split()[:5] == ["arm64-emulated", "qemu", "qemu-aarch64", "-cpu", "max"]
+    assert lines[5].split()[:3] == ["orin", "ssh", "nvidia@orin.local:2222"]
+    assert lines[6].split()[:4] == ["pixel8", "adb", "38011FDJH00ABC", "executorch:"]
 
 
 def test_devices_check_host_reports_python_runtimes_and_disk(capsys) -> None:
