@@ -144,3 +144,11 @@ def test_each_emulated_arm_cpu_model_reports_its_own_features(tmp_path) -> None:
     assert "neon" in facts["flags"] and not {"dotprod", "i8mm", "bf16", "sve"} & set(facts["flags"])
     new = BUILT_IN[ARM].device(ARM).own_cpu()
     assert {"neon", "dotprod", "i8mm", "bf16", "sve", "sve2"} <= set(new["flags"])
+
+
+def test_a_matrix_can_name_the_emulated_arm_device(tmp_path) -> None:
+    from edgeship.matrix.spec import load_matrix
+
+    path = tmp_path / "matrix.toml"
+    path.write_text(f'models = ["demo"]\ntargets = ["android"]\ndevices = ["host", "{ARM}"]\n')
+    assert load_matrix(path).devices == ["host", ARM]
