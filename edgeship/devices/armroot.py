@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edgeship.devices.cpu import hwcap_names
+from edgeship.devices.lock import user_cache
 from edgeship.errors import EdgeshipError
 
 DEBIAN = ("bookworm", "http://deb.debian.org/debian", "http://deb.debian.org/debian-security bookworm-security main")
@@ -96,13 +97,9 @@ def pins_hash() -> str:
     return hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_home() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgeship"
-
-
 def default_root() -> Path:
     """``$EDGESHIP_ARM_ROOT``, else ``~/.cache/edgeship/arm64-root-<pins>`` (shared by every clone)."""
-    return Path(os.environ[ROOT_ENV]) if os.environ.get(ROOT_ENV) else cache_home() / f"arm64-root-{pins_hash()}"
+    return Path(os.environ[ROOT_ENV]) if os.environ.get(ROOT_ENV) else user_cache() / f"arm64-root-{pins_hash()}"
 
 
 def root_problem(root: Path) -> str | None:

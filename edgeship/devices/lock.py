@@ -24,10 +24,15 @@ from edgeship.devices.base import MeasurementError
 POLL_S = 0.2
 
 
+def user_cache() -> Path:
+    """edgeship's folder in the user's cache: ``$XDG_CACHE_HOME/edgeship`` or ``~/.cache/edgeship``
+    (device locks, the emulated Arm device's root)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgeship"
+
+
 def lock_dir() -> Path:
-    """Where lock files live: ``$XDG_CACHE_HOME/edgeship/locks`` or ``~/.cache/edgeship/locks``."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "edgeship" / "locks"
+    """Where lock files live: ``user_cache()/locks``."""
+    return user_cache() / "locks"
 
 
 def lock_path(key: str) -> Path:
