@@ -12,6 +12,7 @@ lower from them run the artifact at the min, opt and max sizes (``check_sizes``)
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import traceback
 import warnings
@@ -184,16 +185,27 @@ def fx_failure(error: BaseException) -> str | None:
     """Where and why torch.fx's symbolic tracing stopped (``TypeError at transformers/models/bert/
     modeling_bert.py:85: slice indices must be integers ...``): the last frame of the model's own
     code; None when ``error`` was not raised while FX traced."""
+    import torch.fx
+
+    import edgeship
+
     frames = list(traceback.extract_tb(error.__traceback__))
     paths = [f.filename.replace("\\", "/") for f in frames]
-    if not any("/torch/fx/" in p for p in paths):
+    if not any(_inside(p, torch.fx) for p in paths):
         return None
-    model = [(p, f.lineno) for p, f in zip(paths, frames) if "/torch/" not in p and "/edgeship/" not in p]
+    model = [(p, f.lineno) for p, f in zip(paths, frames) if not _inside(p, torch) and not _inside(p, edgeship)]
     where = f" at {model[-1][0].split('site-packages/')[-1]}:{model[-1][1]}" if model else ""
     message = first_line(error)
     if len(message) > 120 and ". " in message:   # FX's TraceErrors go on to point at its documentation
         message = message[:message.index(". ") + 1]
     return f"{type(error).__name__}{where}: {message}"
+
+
+def _inside(path: str, package: Any) -> bool:
+    """Whether the file ``path`` lies in ``package``'s own folder: judged by where the package really
+    is, not by a folder name, so a model kept under ``~/work/edgeship/`` or ``~/torch/`` is the model's."""
+    root = os.path.realpath(os.path.dirname(package.__file__))
+    return os.path.realpath(path).startswith(root + os.sep)
 
 
 def flat_outputs(module: Any, example_inputs: tuple[Any, ...], notes: list[str]) -> Any:

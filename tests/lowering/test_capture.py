@@ -79,3 +79,28 @@ def test_fx_tracing_lets_other_errors_through() -> None:
     with pytest.raises(ValueError, match="not from FX"):
         with fx_tracing("tool", "alternative"):
             raise ValueError("not from FX")
+
+
+@pytest.mark.parametrize("folder", ["edgeship", "torch"])
+def test_fx_tracing_names_the_model_line_in_a_folder_named_like_a_package(tmp_path, folder) -> None:
+    """A clone named ``edgeship`` (what ``git clone`` names it) or a project under ``.../torch/``:
+    the model's frames are judged by where the packages really are, not by a folder name."""
+    import importlib.util
+    import inspect
+
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import prepare_fx
+
+    from edgeship.errors import LoweringError, failure_line
+    from edgeship.lowering.capture import fx_tracing
+
+    source = tmp_path / folder / "models" / "slicer.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("import torch\n\n\n" + inspect.getsource(_SlicesByLength))
+    spec = importlib.util.spec_from_file_location("slicer_in_" + folder, source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(LoweringError) as caught:
+        with fx_tracing("static int8 (prepare_fx)", "Use scheme dynamic."):
+            prepare_fx(module._SlicesByLength().eval(), get_default_qconfig_mapping("x86"), (torch.zeros(1, 8, 4),))
+    assert f"TypeError at {source}:" in failure_line(caught.value)
