@@ -9,19 +9,26 @@ DEVICE ?=
 
 .DEFAULT_GOAL := build
 WEB    := web/node_modules/.installed
-.PHONY: build setup setup-arm lint test test-slow test-all matrix bench bench-trained bench-team bench-quick bench-quant bench-cpu-kinds bench-ceiling bench-web-settings bench-web-ceiling zoo clean
+.PHONY: build setup setup-arm test-deps lint test test-slow test-all matrix bench bench-trained bench-team bench-quick bench-quant bench-cpu-kinds bench-ceiling bench-web-settings bench-web-ceiling zoo clean
 
-# The sentinel is rebuilt when .venv is missing or pyproject.toml changed.
+# The sentinel is rebuilt when .venv is missing or pyproject.toml changed. torch comes first, on its
+# own, so a newcomer sees why the first run takes minutes.
+TORCH_PINS := $(shell grep -oE '"torch(vision)?==[0-9.]+' pyproject.toml | tr -d '"')
 $(VENV)/.installed: pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,team,trained]'
-	touch $@
+	@echo "edgeship: one-time setup of $(VENV) (about 7 GB, a few minutes; later runs skip it)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "  installing $(TORCH_PINS) (large, once)"; start=$$(date +%s); \
+		$(BIN)/python -m pip install --quiet $(TORCH_PINS) && echo "  ... done in $$(( $$(date +%s) - start )) s"
+	@echo "  installing edgeship, ExecuTorch, ONNX Runtime, OpenVINO, NNCF and the test tools"; start=$$(date +%s); \
+		$(BIN)/python -m pip install --quiet -e '.[test,team,trained]' && echo "  ... done in $$(( $$(date +%s) - start )) s"
+	@touch $@
 
 # onnxruntime-web (pinned in web/package-lock.json) for the browser device and web bundles. Without
 # npm the browser's rows say so (Debian: apt-get install npm).
 $(WEB): web/package.json web/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
+		echo "  installing onnxruntime-web (npm ci in web/)"; \
 		cd web && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error && touch node_modules/.installed; \
 	else echo "npm not found: onnxruntime-web not installed (apt-get install npm); browser rows will say so"; fi
 
@@ -30,6 +37,13 @@ setup: $(VENV)/.installed $(WEB)
 # The emulated Arm device (arm64-emulated): an aarch64 Python 3.11 with ONNX Runtime, ExecuTorch and
 # torch, run by qemu-user (~1 minute, 0.9 GB under ~/.cache/edgeship, made once; pins in
 # edgeship/devices/armroot.py). Needs Debian's mmdebstrap and qemu-user.
+# Everything the whole test suite uses (`make test` says what it could not run without it): Debian
+# packages (scripts/system-packages.sh: apt-get as root or through sudo), the venv, onnxruntime-web
+# and the emulated Arm root. .ci/run starts with it.
+test-deps:
+	scripts/system-packages.sh
+	$(MAKE) setup setup-arm
+
 setup-arm: $(VENV)/.installed
 	@command -v mmdebstrap >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1 || \
 		{ echo "setup-arm needs mmdebstrap and qemu-user: apt-get install mmdebstrap qemu-user"; exit 1; }
@@ -42,8 +56,11 @@ build: $(VENV)/.installed $(WEB)
 lint: $(VENV)/.installed
 	$(BIN)/ruff check edgeship tests benchmarks
 
+# On every core (pytest-xdist); tests that share a server or time a device carry an xdist_group and
+# run on one worker. The 15 slowest are listed at the end, then what was not run here and why.
+PYTEST_PARALLEL := -n auto --dist loadgroup --durations=15
 test: $(VENV)/.installed $(WEB)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_PARALLEL)
 
 test-slow: $(VENV)/.installed $(WEB)
 	$(BIN)/python -m pytest -q -m slow

@@ -138,3 +138,94 @@ def postgres():
     server = start_postgres()
     yield server
     stop_postgres(server)
+
+
+TURN_FOLDER = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (``make test``; tests/scheduling.py). An explicit
+    ``xdist_group`` mark wins."""
+    from tests.scheduling import SHARED_FIXTURES, file_groups, first_key
+
+    files: dict[str, set[str]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], set()).update(
+            f for f in SHARED_FIXTURES if f in getattr(item, "fixturenames", ()))
+    groups = file_groups(files)
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::")[0]]))
+    items.sort(key=lambda item: first_key(item.nodeid))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, the controller makes the folder of the workers' turn locks (tests/scheduling.py);
+    the workers it starts inherit its environment. A serial run (a pytest a test starts, too) takes no part."""
+    import os
+    import tempfile
+
+    from tests.scheduling import TURN_ENV
+
+    if hasattr(config, "workerinput"):
+        return
+    if getattr(config.option, "numprocesses", None):
+        os.environ[TURN_ENV] = config.stash.setdefault(TURN_FOLDER, tempfile.mkdtemp(prefix="edgeship-test-turn-"))
+    else:
+        os.environ.pop(TURN_ENV, None)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import os
+    import shutil
+
+    from tests.scheduling import TURN_ENV
+
+    if TURN_FOLDER in config.stash:
+        os.environ.pop(TURN_ENV, None)
+        shutil.rmtree(config.stash[TURN_FOLDER], ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """A test marked ``alone`` runs while no other worker runs a test (tests/scheduling.py)."""
+    from tests.scheduling import turn
+
+    with turn(item.get_closest_marker("alone") is not None):
+        yield
+
+
+def _skip_reasons(config: pytest.Config) -> list[str]:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    reasons = []
+    for report in (reporter.stats.get("skipped", []) if reporter else []):
+        longrepr = report.longrepr
+        reasons.append(longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr))
+    return reasons
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The closing block: which tests did not run here, by the part of the machine they lack."""
+    from tests import system
+
+    if hasattr(config, "workerinput"):
+        return
+    reasons = _skip_reasons(config)
+    terminalreporter.section("not run here (tests/system.py)")
+    for line in system.summary_lines(reasons, system.example_reasons(reasons)):
+        terminalreporter.write_line(line)
+    failures = system.ci_failures(system.skip_counts(reasons))
+    if system.strict() and failures:
+        terminalreporter.write_line(f"{system.STRICT_ENV}=1: failing the run, CI installs these parts: "
+                                    + ", ".join(f"{p} ({n})" for p, n in sorted(failures.items())), red=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under EDGESHIP_TEST_STRICT=1 (.ci/run) a skip CI should have prevented fails the run."""
+    from tests import system
+
+    if hasattr(session.config, "workerinput") or not system.strict():
+        return
+    if system.ci_failures(system.skip_counts(_skip_reasons(session.config))) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

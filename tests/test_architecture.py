@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import system
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "edgeship"
 CYCLES_TOOL = REPO.parent / "shared" / "tools" / "import_cycles.py"
@@ -103,7 +105,8 @@ def test_architecture_has_no_import_cycles() -> None:
         pytest.fail("import cycle: " + " -> ".join(f"edgeship.{m}" for m in e.args[1]))
 
 
-@pytest.mark.skipif(not CYCLES_TOOL.is_file(), reason=f"{CYCLES_TOOL} is not beside this checkout")
+@pytest.mark.skipif(not CYCLES_TOOL.is_file(),
+                    reason=system.reason("checkout", f"{CYCLES_TOOL} is not beside this checkout"))
 def test_architecture_shared_cycle_tool_passes() -> None:
     standalone = [f"edgeship.{m}" for m in DEVICE_FILES]
     proc = subprocess.run([sys.executable, str(CYCLES_TOOL), "edgeship", "--standalone", *standalone],

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from edgeship.cli import main
+from tests import system
 from tests.conftest import write_profile
 from tests.test_model import CodePayload
 
@@ -167,7 +168,8 @@ def test_cli_out_that_is_not_writable_exits_2(capsys, tiny_project: Path, tmp_pa
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.skipif(os.access("/proc/sys", os.W_OK), reason="/proc/sys is writable here (no read-only mount)")
+@pytest.mark.skipif(os.access("/proc/sys", os.W_OK),
+                    reason=system.reason("os", "/proc/sys is writable here (no read-only mount)"))
 def test_cli_out_on_a_read_only_mount_exits_2(capsys, tiny_project: Path, tmp_path) -> None:
     profile = write_profile(tmp_path, ONNX_ONLY)
     code, _, err = run(capsys, "build", "--target", str(profile), "--model", str(tiny_project / "model.toml"),
@@ -175,7 +177,7 @@ def test_cli_out_on_a_read_only_mount_exits_2(capsys, tiny_project: Path, tmp_pa
     assert code == 2 and "--out /proc/sys/edgeship-out: cannot be created: /proc/sys is not writable" in err
 
 
-@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="no /proc here")
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason=system.reason("os", "no /proc here"))
 def test_cli_out_that_cannot_be_made_exits_2(capsys, tiny_project: Path, tmp_path) -> None:
     # os.access says /proc is writable for root, but no folder can be made in it.
     profile = write_profile(tmp_path, ONNX_ONLY)

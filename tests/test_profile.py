@@ -8,6 +8,7 @@ import pytest
 
 from edgeship.errors import ProfileError
 from edgeship.profile import Gates, LatencySettings, load_profile, resolve_profile_path
+from tests import system
 from tests.conftest import REPO, write_profile
 
 VARIANT = """
@@ -216,7 +217,7 @@ def test_profile_unreadable_path_is_a_profile_error(tmp_path: Path) -> None:
         load_profile(tmp_path / "a.toml")
 
 
-@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason=system.reason("os", "no /dev/zero here"))
 def test_profile_endless_file_is_refused_unread() -> None:
     with pytest.raises(ProfileError, match="/dev/zero: larger than 64 MiB"):
         load_profile("/dev/zero")

@@ -4,7 +4,6 @@ the JDK; and its place in the bundle (postprocess/SsdDecoder.java, decode.json, 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from edgeship.bundle.selection import Selection
 from edgeship.bundle.snippets import snippet
 from edgeship.devices.postprocess import VANILLA_NMS_ABOVE, decode_ssd, softmax
 from edgeship.spec import ModelSpec
+from tests import system
 
 REPO = Path(__file__).resolve().parents[2]
 JAVA_DECODER = REPO / "edgeship" / "bundle" / "templates" / "SsdDecoder.java"
@@ -83,8 +83,8 @@ public class DecoderHarness {
 @pytest.fixture(scope="module")
 def java_classes(tmp_path_factory) -> Path:
     """SsdDecoder.java (as Java 8) and the harness, compiled once for the module."""
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.skip("no javac/java on PATH: the Java decoder cannot be compiled and compared here")
+    if system.java():
+        pytest.skip(system.java())
     folder = tmp_path_factory.mktemp("java")
     (folder / "DecoderHarness.java").write_text(HARNESS)
     out = folder / "classes"
@@ -203,7 +203,7 @@ def test_java_decoder_breaks_score_ties_like_python(java_classes, tmp_path) -> N
 @pytest.fixture(scope="module")
 def ssdlite_anchors() -> np.ndarray:
     """SSDLite320's 3234 anchors, from examples/detection/ssdlite.py's ``anchors`` (needs torchvision)."""
-    pytest.importorskip("torchvision")
+    pytest.importorskip("torchvision", reason=system.reason("python", "torchvision is not installed (make setup)"))
     sys.path.insert(0, str(EXAMPLE))
     try:
         import ssdlite

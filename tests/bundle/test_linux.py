@@ -24,6 +24,7 @@ from edgeship.bundle.linux import linux_app
 from edgeship.bundle.sample import Sample
 from edgeship.cli import main
 from edgeship.metrics import sqnr_db
+from tests import system
 from tests.conftest import make_tiny_project, write_profile
 
 VARIANTS = """
@@ -62,8 +63,8 @@ def npy(array: np.ndarray, **kwargs) -> bytes:
 @pytest.fixture(scope="module")
 def linux_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model built for aoti and torchscript with ``[bundle] platforms = ["linux"]``: the build folder."""
-    if toolchain_missing():  # AOTInductor compiles C++ as well
-        pytest.skip(str(toolchain_missing()))
+    if system.toolchain():  # AOTInductor compiles C++ as well
+        pytest.skip(system.toolchain())
     root = tmp_path_factory.mktemp("linux")
     project = make_tiny_project(root / "tiny")
     profile = write_profile(root, VARIANTS, name="linuxtest")

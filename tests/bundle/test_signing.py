@@ -18,6 +18,7 @@ from edgeship import api
 from edgeship.bundle.signing import PASSWORD_ENV
 from edgeship.cli import main
 from edgeship.errors import BundleError, OutputError
+from tests import system
 from tests.bundle.forge import forge, small_bundle
 
 
@@ -141,8 +142,8 @@ def test_bundle_signature_of_another_bundle_does_not_verify(bundle: Path, key: P
 
 
 def test_bundle_sign_and_verify_take_openssh_keys(bundle: Path, tmp_path: Path) -> None:
-    if not shutil.which("ssh-keygen"):
-        pytest.skip("ssh-keygen (OpenSSH) is not installed")
+    if system.ssh_keygen():
+        pytest.skip(system.ssh_keygen())
     ssh_key = tmp_path / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ssh_key)], check=True)
     signed = api.sign_bundle(bundle, ssh_key)

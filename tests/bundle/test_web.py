@@ -19,10 +19,11 @@ from edgeship import api
 from edgeship.bundle.platforms import PLATFORMS
 from edgeship.cli import main
 from edgeship.errors import BundleError, OutputError
-from edgeship.webfiles import ORT_FILES, ort_web_package, ort_web_problem, ort_web_version
+from edgeship.webfiles import ORT_FILES, ort_web_package, ort_web_version
+from tests import system
 from tests.conftest import make_tiny_project, write_profile
 from tests.reports.builds import LABELS
-from tests.reports.test_browser import CHROMIUM, chromium_missing
+from tests.reports.test_browser import CHROMIUM
 
 VARIANTS = """
 [[variants]]
@@ -44,16 +45,12 @@ SITE = ["README.md", "edgeship-model.js", "index.html", "labels.txt", "manifest.
         "ort/ort-wasm-simd-threaded.wasm", "ort/ort.wasm.min.mjs", "ort/package.json", "sample.bin"]
 
 
-def browser_missing() -> str | None:
-    return chromium_missing() or ort_web_problem()
-
-
 @pytest.fixture(scope="module")
 def web_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model (with labels) built for onnx-web, measured on the host only (the browser device
     has its own tests), with ``[bundle] platforms = ["web"]``: the build folder."""
-    if ort_web_problem():
-        pytest.skip(str(ort_web_problem()))
+    if system.onnxruntime_web():
+        pytest.skip(system.onnxruntime_web())
     root = tmp_path_factory.mktemp("web")
     project = make_tiny_project(root / "tiny")
     (project / "labels.txt").write_text("\n".join(LABELS) + "\n")
@@ -260,7 +257,7 @@ def _run(page: Page, button: str) -> tuple[str, str | None, str, str]:
             locate("#prediction").inner_text(), locate("#latency").inner_text())
 
 
-@pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
+@pytest.mark.skipif(system.browser() is not None, reason=str(system.browser()))
 def test_web_bundle_page_in_chromium_runs_the_sample_to_the_float_models_class(web_build: Path,
                                                                                tmp_path: Path) -> None:
     from edgeship.devices.browser import Chromium, StaticServer
@@ -306,7 +303,7 @@ def _png(path: Path, size: tuple[int, int], seed: int) -> Path:
 IMAGENET = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 
 
-@pytest.mark.skipif(browser_missing() is not None, reason=str(browser_missing()))
+@pytest.mark.skipif(system.browser() is not None, reason=str(system.browser()))
 @pytest.mark.parametrize(("preprocess", "shape", "sizes", "exact"), [
     ({"crop": [12, 10], "std": [0.25, 0.5, 2.0]}, [1, 3, 12, 10], [(37, 29), (16, 40), (64, 48)], True),
     ({"resize": [31, 9], "color": "L", "layout": "NHWC", "mean": [0.5]}, [1, 31, 9, 1], [(9, 40), (9, 20)], True),

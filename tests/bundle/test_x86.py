@@ -29,6 +29,7 @@ from edgeship.bundle.x86 import x86_app
 from edgeship.cli import main
 from edgeship.errors import BundleError
 from edgeship.metrics import sqnr_db
+from tests import system
 from tests.conftest import make_tiny_project, write_profile
 
 OPENVINO_VARIANTS = """
@@ -103,7 +104,7 @@ def x86_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model built for openvino (fp32, int8, bf16 when this CPU has it) and onnx with
     ``[bundle] platforms = ["x86"]``: the build folder."""
     if openvino_missing():
-        pytest.skip(str(openvino_missing()))
+        pytest.skip(system.reason("python", str(openvino_missing())))
     root = tmp_path_factory.mktemp("x86")
     project = make_tiny_project(root / "tiny")
     variants = OPENVINO_VARIANTS + (BF16_VARIANT if bf16_here() else "") + BUNDLE
@@ -159,8 +160,8 @@ def python_runs(bundle_dir: Path) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def program(bundle_dir: Path) -> Path:
     """RUNNING.md's cmake commands run as written (CMake, g++, the openvino wheel's C++ package): the program."""
-    if toolchain_missing():
-        pytest.skip(str(toolchain_missing()))
+    if system.toolchain():
+        pytest.skip(system.toolchain())
     began = time.perf_counter()
     run_all([c for c in guide_commands(bundle_dir) if c.startswith("cmake ")], bundle_dir)
     print(f"\ncpp/ configured and built in {time.perf_counter() - began:.1f} s")
@@ -346,7 +347,8 @@ def test_edgeship_openvino_writes_its_precision_and_finite_timings(cpp_runs: dic
         print(f"\n{variant}: p50 {doc['p50_ms']:.3f} ms in C++, {python['p50_ms']:.3f} ms in Python")
 
 
-@pytest.mark.skipif(not bf16_here(), reason="this CPU has no bf16 instructions (avx512_bf16 or amx_bf16)")
+@pytest.mark.skipif(not bf16_here(),
+                    reason=system.reason("cpu", "this CPU has no bf16 instructions (avx512_bf16, amx_bf16)"))
 @pytest.mark.parametrize("runner", ["python", "cpp"])
 def test_programs_take_the_precision_from_the_irs_runtime_info(runner: str, bundle_dir: Path,
                                                                python_runs: dict[str, Path], eager: np.ndarray,

@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests import system
 from tests.devices import sshd as sshd_helper
 
 
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory):
     """A real OpenSSH server on 127.0.0.1 with throwaway host and client keys (skips without OpenSSH)."""
-    why = sshd_helper.missing()
-    if why:
-        pytest.skip(why)
+    if system.openssh():
+        pytest.skip(system.openssh())
     server = sshd_helper.start(tmp_path_factory.mktemp("sshd"))
     yield server
     server.stop()

@@ -17,12 +17,13 @@ from edgeship.devices.base import Job
 from edgeship.devices.config import BUILT_IN, QemuConfig, load_devices
 from edgeship.devices.cpu import hwcap_names, parse_cpuinfo
 from edgeship.errors import DeviceError
+from tests import system
 from tests.conftest import REPO, build_on, shipped_variants_profile
 
 ARM = "arm64-emulated"
 ROOT_PROBLEM = armroot.root_problem(armroot.default_root())
-needs_root = pytest.mark.skipif(ROOT_PROBLEM is not None or shutil.which("qemu-aarch64") is None,
-                                reason=f"{ROOT_PROBLEM or 'qemu-aarch64 is not installed (apt-get install qemu-user)'}")
+needs_root = pytest.mark.skipif(ROOT_PROBLEM is not None or system.qemu("aarch64") is not None,
+                                reason=str(system.qemu("aarch64") or system.reason("arm64-root", str(ROOT_PROBLEM))))
 
 
 def _job(runtime: str) -> Job:

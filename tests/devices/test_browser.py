@@ -12,15 +12,16 @@ import torch
 
 from edgeship.devices import Job, LocalDevice
 from edgeship.devices.base import BROWSER_ONLY, MeasurementError, RunnerError
-from edgeship.devices.browser import BrowserDevice, missing_setup
+from edgeship.devices.browser import BrowserDevice
 from edgeship.devices.config import BUILT_IN, BrowserConfig, load_devices
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import DeviceError
 from edgeship.metrics import sqnr_db
 from edgeship.webfiles import ORT_FILES, ort_web_package
+from tests import system
 
-NO_BROWSER = missing_setup()
-needs_browser = pytest.mark.skipif(NO_BROWSER is not None, reason=f"not measured here: {NO_BROWSER}")
+NO_BROWSER = system.browser()
+needs_browser = pytest.mark.skipif(NO_BROWSER is not None, reason=str(NO_BROWSER))
 
 
 def browser(**settings) -> BrowserDevice:

@@ -20,10 +20,11 @@ from edgeship.devices.config import BUILT_IN, QemuConfig, load_devices
 from edgeship.devices.cpu import SOURCE_ENV, cpu_facts, parse_cpuid
 from edgeship.devices.qemu import QemuDevice
 from edgeship.errors import DeviceError
+from tests import system
 
 QEMU = shutil.which("qemu-x86_64")
-needs_qemu = pytest.mark.skipif(QEMU is None or platform.machine() != "x86_64",
-                                reason="qemu-x86_64 is not installed here (Debian: apt-get install qemu-user)")
+NO_QEMU = system.qemu() if platform.machine() == "x86_64" else system.reason("cpu", "emulated x86 CPUs run on x86-64")
+needs_qemu = pytest.mark.skipif(NO_QEMU is not None, reason=str(NO_QEMU))
 HASWELL = "x86-avx2-emulated"
 
 
@@ -44,7 +45,7 @@ def test_the_emulated_device_reports_the_emulated_cpu_not_the_hosts_cpuinfo() ->
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64" or not sys.platform.startswith("linux"),
-                    reason="CPUID is read on x86-64 Linux")
+                    reason=system.reason("cpu", "CPUID is read on x86-64 Linux"))
 def test_cpuid_gives_the_same_flags_as_the_kernel_on_this_machine(monkeypatch) -> None:
     kernel = cpu_facts()
     monkeypatch.setenv(SOURCE_ENV, "cpuid")

@@ -14,6 +14,7 @@ import torch
 from edgeship.devices import Job, LocalDevice
 from edgeship.devices.base import RUNNER, MeasurementError
 from edgeship.devices.hashing import sha256_file
+from tests import system
 
 
 def _job(artifact: Path, inputs: Path, sha: str | None, runtime: str = "pytorch-mobile") -> Job:
@@ -66,11 +67,14 @@ def _other_load(iterations: int = 40) -> float | None:
     return load
 
 
-@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="other_cpu_load is read from /proc/stat (Linux)")
+@pytest.mark.alone   # under `make test` the other worker's tests would be the load it counts
+@pytest.mark.skipif(not Path("/proc/stat").exists(),
+                    reason=system.reason("os", "other_cpu_load is read from /proc/stat (Linux)"))
 def test_runner_counts_the_cpus_other_processes_keep_busy_while_it_times() -> None:
     quiet = _other_load()
     if quiet is not None and quiet > (os.cpu_count() or 1) - 1.5:
-        pytest.skip(f"other processes already keep {quiet} of {os.cpu_count()} CPUs busy: no core is free to load")
+        pytest.skip(system.reason("load", f"other processes already keep {quiet} of {os.cpu_count()} CPUs busy: "
+                                           "no core is free to load"))
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         import time

@@ -19,6 +19,7 @@ from edgeship.devices.runner import RUNNERS, Runner, open_runner
 from edgeship.pipeline.validate import measure
 from edgeship.profile import LatencySettings
 from edgeship.results import CpuFacts
+from tests import system
 
 DEVICE_RUNTIMES = {"pytorch-mobile", "executorch", "onnxruntime", "coreml", "tensorrt", "aoti", "torchscript",
                    "openvino"}
@@ -138,7 +139,7 @@ def test_device_runner_refuses_an_artifact_whose_sha256_differs(device_folder, d
 def test_device_runner_times_a_tensorrt_job_with_its_proxy_when_tensorrt_is_missing(device_folder,
                                                                                      doubling_onnx) -> None:
     if importlib.util.find_spec("tensorrt") or shutil.which("trtexec"):
-        pytest.skip("TensorRT is here: the runner builds or times a real engine instead of the proxy")
+        pytest.skip(system.reason("gpu", "TensorRT is here: the runner builds or times a real engine, not the proxy"))
     proxy = {"runtime": "onnxruntime", "label": "onnxruntime (host proxy)", "options": {"graph_optimization": "basic"}}
     x = onnx_job(device_folder, doubling_onnx, sha256_file(doubling_onnx), "tensorrt", {"engine": {}, "proxy": proxy})
     proc = on_device(device_folder, script("runner.py", "job.json"))

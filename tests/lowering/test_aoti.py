@@ -21,6 +21,7 @@ from edgeship.lowering.base import LowerRequest
 from edgeship.lowering.capture import Capturer
 from edgeship.profile import Variant
 from edgeship.quantize.cpu_choice import depends_on_cpu
+from tests import system
 from tests.lowering.conftest import sqnr_against_eager
 from tests.quantize.test_cpu_choice import EPYC, PI4, XEON
 
@@ -44,14 +45,14 @@ def test_aoti_fp32_matches_eager_and_names_the_cpu_flags_it_was_compiled_for(low
     monkeypatch.setattr(runner, "cpu_facts", lambda: EPYC)
     lacking = sorted(set(here["flags"]) - set(EPYC["flags"]))
     if not lacking:
-        pytest.skip("this machine's CPU has no flag the recorded EPYC lacks")
+        pytest.skip(system.reason("cpu", "this machine's CPU has no flag the recorded EPYC lacks"))
     with pytest.raises(RuntimeError, match=f"AMD EPYC 7B13\\) lacks {lacking[0]}"):
         runner.open_runner("aoti", str(artifact.path))
 
 
 def test_aoti_at_the_avx2_level_needs_only_avx2s_flags_and_runs_here(lower, tiny_model) -> None:
     if not set(LEVELS["avx2"][2]) <= set(cpu_facts()["flags"]):
-        pytest.skip("this CPU has no AVX2")
+        pytest.skip(system.reason("cpu", "this CPU has no AVX2"))
     artifact, predict = lower("aoti", "export", isa="avx2", threads=1)
     assert artifact.details["march"] == "x86-64-v3" and artifact.details["vec_isa"] == "avx2"
     assert set(artifact.details["cpu_flags_required"]) == set(LEVELS["avx2"][2])

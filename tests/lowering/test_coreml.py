@@ -7,6 +7,7 @@ import pytest
 
 from edgeship.errors import LoweringError
 from edgeship.lowering.backends import BACKENDS
+from tests import system
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def test_coreml_unknown_deployment_target_lists_the_allowed_ones() -> None:
     assert problems and "iOS16" in problems[0] and "macOS15" in problems[0]
 
 
-@pytest.mark.skipif(sys.platform == "darwin", reason="on macOS Core ML runs")
+@pytest.mark.skipif(sys.platform == "darwin", reason=system.reason("os", "on macOS Core ML runs"))
 def test_coreml_says_why_it_cannot_run_here() -> None:
     assert "needs macOS" in BACKENDS["coreml"].available()
 

@@ -22,6 +22,7 @@ from edgeship.lowering.capture import CaptureFailed, Capturer
 from edgeship.model import load_model
 from edgeship.profile import Variant
 from edgeship.spec import ModelSpec
+from tests import system
 
 HERE = "tests.lowering.test_dynamic_shapes"
 
@@ -279,7 +280,7 @@ def test_tensorrt_build_engine_adds_one_profile_from_the_settings() -> None:
 
 @pytest.mark.parametrize("method", ["export", "trace"])
 def test_coreml_package_has_the_spec_ranges(conv_model, tmp_path: Path, method: str) -> None:
-    pytest.importorskip("coremltools")
+    pytest.importorskip("coremltools", reason=system.reason("python", "coremltools is not installed (make setup)"))
     artifact, _ = lower(conv_model, "coreml", method, tmp_path)
     image = artifact.details["inputs"][0]
     assert image["shape"] == [1, 3, 16, 16]
@@ -288,7 +289,7 @@ def test_coreml_package_has_the_spec_ranges(conv_model, tmp_path: Path, method: 
 
 
 def test_coreml_takes_int64_token_ids_as_int32_with_their_range(seq_model, tmp_path: Path) -> None:
-    pytest.importorskip("coremltools")
+    pytest.importorskip("coremltools", reason=system.reason("python", "coremltools is not installed (make setup)"))
     artifact, _ = lower(seq_model, "coreml", "export", tmp_path)
     ids, mask = artifact.details["inputs"]
     assert (ids["name"], ids["dtype"], ids["ranges"]) == ("input_ids", "int32", [[1, 1], [1, 64]])

@@ -18,6 +18,7 @@ from edgeship.lowering.capture import Capturer
 from edgeship.profile import Variant
 from edgeship.quantize.cpu_choice import depends_on_cpu
 from edgeship.quantize.settings import QuantizationSettings
+from tests import system
 from tests.lowering.conftest import sqnr_against_eager
 from tests.quantize.test_cpu_choice import EPYC, XEON
 
@@ -83,7 +84,7 @@ def test_an_ir_edgeship_did_not_write_runs_at_the_plugins_default_and_the_notes_
     assert loaded.version.endswith(", bf16)" if HAS_BF16 else ", f32)")
 
 
-@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no bf16 instructions")
+@pytest.mark.skipif(not HAS_BF16, reason=system.reason("cpu", "this CPU has no bf16 instructions"))
 def test_openvino_bf16_computes_in_bf16_and_is_lossier_than_fp32(tiny_model, tmp_path) -> None:
     artifact, predict = _lower(tiny_model, tmp_path / "model.openvino", precision="bf16")
     assert runner._ov_rt_precision(_read(artifact.path)) == "bf16"
@@ -109,7 +110,7 @@ def test_a_bf16_ir_names_the_target_cpus_that_cannot_compute_it_and_is_not_measu
     assert backend.unavailable_here(backend.parse_options({}), "bf16") is None
 
 
-@pytest.mark.skipif(not HAS_BF16, reason="this CPU has no bf16 instructions")
+@pytest.mark.skipif(not HAS_BF16, reason=system.reason("cpu", "this CPU has no bf16 instructions"))
 def test_the_runner_refuses_a_bf16_ir_on_a_cpu_without_bf16(tiny_model, tmp_path, monkeypatch) -> None:
     artifact, _ = _lower(tiny_model, tmp_path / "model.openvino", precision="bf16")
     monkeypatch.setattr(runner, "cpu_facts", lambda: EPYC)

@@ -12,6 +12,7 @@ import pytest
 
 from edgeship.devices import tensorrt_engine
 from edgeship.lowering.backends import BACKENDS
+from tests import system
 from tests.conftest import TESTS
 from tests.lowering.conftest import sqnr_against_eager
 
@@ -136,7 +137,7 @@ def test_tensorrt_parses_recorded_trtexec_summaries(name: str, p50: float, p99: 
 
 @pytest.mark.tensorrt
 def test_tensorrt_engine_builds_where_tensorrt_imports(lower) -> None:
-    pytest.importorskip("tensorrt", reason="needs the TensorRT Python package and an NVIDIA GPU")
+    pytest.importorskip("tensorrt", reason=system.reason("gpu", "needs the TensorRT Python package and an NVIDIA GPU"))
     artifact, _ = lower("tensorrt", "export", precision="fp16")
     settings = json.loads((artifact.path.parent / "engine.json").read_text())
     engine = tensorrt_engine.build_engine(settings, str(artifact.path.parent))

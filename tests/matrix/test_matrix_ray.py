@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from tests import system
 from tests.devices import sshd as sshd_helper
 from tests.matrix.test_matrix import ONNX, OPENVINO
 
-ray = pytest.importorskip("ray")
+ray = pytest.importorskip("ray", reason=system.reason("python", "ray is not installed (make setup)"))
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
 def boards(tmp_path_factory):
     """Two sshd servers on loopback (two devices), and a devices.toml naming them board-a and board-b."""
-    why = sshd_helper.missing()
-    if why:
-        pytest.skip(why)
+    if system.openssh():
+        pytest.skip(system.openssh())
     servers = [sshd_helper.start(tmp_path_factory.mktemp(f"sshd-{n}")) for n in "ab"]
     folder = tmp_path_factory.mktemp("lab")
     devices = folder / "devices.toml"
@@ -39,8 +39,10 @@ def cluster():
     """A head node owning device:board-a and a second node owning device:board-b, one CPU each."""
     from ray.cluster_utils import Cluster
 
+    # A dead node is noticed after 3 missed health checks 0.5 s apart (Ray's defaults: 5, 3 s apart).
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {"device:board-a": 1}, "include_dashboard": False})
+        "num_cpus": 1, "resources": {"device:board-a": 1}, "include_dashboard": False,
+        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 3}})
     second = cluster.add_node(num_cpus=1, resources={"device:board-b": 1})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import system
 from tests.conftest import REPO
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -25,7 +26,7 @@ def chromium_missing() -> str | None:
     return None
 
 
-@pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
+@pytest.mark.skipif(system.chromium() is not None, reason=str(system.chromium()))
 def test_html_report_in_chromium_shows_charts_without_errors_or_requests(two_device_build: Path,
                                                                          tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import system
+
 PACKAGE_BIN = "/usr/lib/postgresql/*/bin"
 
 
@@ -65,13 +67,14 @@ def _as_user(command: list[str]) -> subprocess.CompletedProcess:
 def start_postgres() -> Postgres:
     bin_dir = server_bin()
     if bin_dir is None:
-        pytest.skip("PostgreSQL server not installed here (initdb/pg_ctl missing); .ci/run installs the postgresql "
-                    "package with apt-get")
+        pytest.skip(system.reason("postgresql", "PostgreSQL server not installed here (initdb/pg_ctl missing); "
+                                                ".ci/run installs the postgresql "
+                    "package with apt-get"))
     if os.geteuid() == 0:
         try:
             subprocess.run(["id", "postgres"], check=True, capture_output=True)
         except subprocess.CalledProcessError:
-            pytest.skip("running as root and there is no postgres user to run the server as")
+            pytest.skip(system.reason("postgresql", "running as root and there is no postgres user to run as"))
     folder = Path(tempfile.mkdtemp(prefix="edgeship-pg-"))
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres")

@@ -12,8 +12,9 @@ import torch
 
 from edgeship.devices import postprocess
 from edgeship.devices.postprocess import batched_nms, decode_batch, decode_boxes, decode_ssd, nms
+from tests import system
 
-pytest.importorskip("torchvision")
+pytest.importorskip("torchvision", reason=system.reason("python", "torchvision is not installed (make setup)"))
 from torchvision.ops import batched_nms as tv_batched_nms  # noqa: E402
 from torchvision.ops import nms as tv_nms  # noqa: E402
 
