@@ -141,6 +141,7 @@ def postgres():
 
 
 TURN_FOLDER = pytest.StashKey[str]()
+INDUCTOR_FOLDER = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -157,7 +158,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(groups[item.nodeid.split("::")[0]]))
-    items.sort(key=lambda item: first_key(item.nodeid))
+    # `alone` tests first: at the start the other worker is on its first, short test, so the wait is
+    # short; later it could be a two-minute one.
+    items.sort(key=lambda item: (item.get_closest_marker("alone") is None, first_key(item.nodeid)))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -169,6 +172,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.scheduling import TURN_ENV
 
     if hasattr(config, "workerinput"):
+        # Inductor's compile cache is one folder per user, shared by every process: two workers compiling
+        # the same graph at once wrote the same files there, and an AOTInductor package was seen holding
+        # an empty wrapper_metadata.json. Each worker (and the builds it starts) gets its own.
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = config.stash.setdefault(
+            INDUCTOR_FOLDER, tempfile.mkdtemp(prefix=f"edgeship-inductor-{config.workerinput['workerid']}-"))
         return
     if getattr(config.option, "numprocesses", None):
         os.environ[TURN_ENV] = config.stash.setdefault(TURN_FOLDER, tempfile.mkdtemp(prefix="edgeship-test-turn-"))
@@ -182,6 +190,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
     from tests.scheduling import TURN_ENV
 
+    if INDUCTOR_FOLDER in config.stash:
+        shutil.rmtree(config.stash[INDUCTOR_FOLDER], ignore_errors=True)
     if TURN_FOLDER in config.stash:
         os.environ.pop(TURN_ENV, None)
         shutil.rmtree(config.stash[TURN_FOLDER], ignore_errors=True)

@@ -8,8 +8,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
-import shutil
 import subprocess
 import time
 import zipfile
@@ -44,14 +42,6 @@ platforms = ["linux"]
 ARTIFACTS = {"aoti-fp32": "models/aoti-fp32.pt2", "torchscript-fp32": "models/torchscript-fp32.pt"}
 APP = ["cpp/CMakeLists.txt", "cpp/README.md", "cpp/edgeship_common.hpp", "cpp/main.cpp"]
 RUNS, WARMUP = 10, 2  # the fast profile's latency settings (tests/conftest.py), one thread as it has
-
-
-def toolchain_missing() -> str | None:
-    """Why the application cannot be compiled here, or None."""
-    for tool, package in (("cmake", "cmake"), (os.environ.get("CXX") or "g++", "g++")):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (apt-get install {package}): the C++ application cannot be compiled"
-    return None
 
 
 def npy(array: np.ndarray, **kwargs) -> bytes:

@@ -85,14 +85,6 @@ def bf16_here() -> bool:
     return backend.unavailable_here(backend.parse_options({}), "bf16") is None
 
 
-def toolchain_missing() -> str | None:
-    """Why the C++ program cannot be compiled here, or None."""
-    for tool, package in (("cmake", "cmake"), (os.environ.get("CXX") or "g++", "g++")):
-        if shutil.which(tool) is None:
-            return f"{tool} is not installed (apt-get install {package}): the C++ program cannot be compiled"
-    return None
-
-
 def npy(array: np.ndarray, **kwargs) -> bytes:
     buffer = io.BytesIO()
     np.lib.format.write_array(buffer, array, **kwargs)

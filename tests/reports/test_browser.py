@@ -16,16 +16,6 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 SCREENSHOTS = REPO / "artifacts" / "test-screenshots"
 
 
-def chromium_missing() -> str | None:
-    if not CHROMIUM.exists():
-        return f"{CHROMIUM} is not installed (Debian: apt-get install chromium; .ci/run installs it)"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError as e:
-        return f"playwright is not installed: {e}"
-    return None
-
-
 @pytest.mark.skipif(system.chromium() is not None, reason=str(system.chromium()))
 def test_html_report_in_chromium_shows_charts_without_errors_or_requests(two_device_build: Path,
                                                                          tmp_path: Path) -> None:
