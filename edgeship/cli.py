@@ -9,7 +9,7 @@ import sys
 import traceback
 import warnings
 
-from edgeship.errors import EdgeshipError, GateFailure
+from edgeship.errors import EdgeshipError, GateFailure, user_code_exit
 
 
 def parser() -> argparse.ArgumentParser:
@@ -293,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("edgeship: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as e:  # edgeship's commands return their status: this came from user code they ran
+        return _fail(user_code_exit(e, f"edgeship {args.command}"), args)
 
 
 def _fail(e: EdgeshipError, args: argparse.Namespace) -> int:

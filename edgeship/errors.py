@@ -64,6 +64,28 @@ class OutputError(BadInputError):
     or out of space while writing (the message names the path and what was needed)."""
 
 
+class UserCodeExit(BadInputError):
+    """User code (a model entry, its forward, a data source or dataset reader) raised ``SystemExit`` or
+    another ``BaseException`` that is not an interrupt: a model or data error (exit 2), never success."""
+
+
+def user_code_exit(error: BaseException, during: str) -> UserCodeExit:
+    """The model or data error for ``error`` (SystemExit or a BaseException other than an interrupt)
+    raised while ``during`` ran: what was called, with what, and what to do instead."""
+    if isinstance(error, SystemExit):
+        what = f"called sys.exit({error.code!r})"
+    else:
+        what = f"raised {type(error).__name__}" + (f" ({first_line(error)})" if str(error) else "")
+    return UserCodeExit(f"user code {what} during {during}: a model entry, its forward, a data source or "
+                        "a dataset reader must return or raise an Exception, not exit (an argparse parse or a "
+                        "training script's main run at import?)")
+
+
+def is_interrupt(error: BaseException) -> bool:
+    """Ctrl-C (KeyboardInterrupt) and the generator protocol's GeneratorExit: passed on as they are."""
+    return isinstance(error, (KeyboardInterrupt, GeneratorExit))
+
+
 class LoweringError(EdgeshipError):
     """One variant could not be lowered; the build records it and goes on."""
 

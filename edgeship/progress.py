@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Iterator
 
 from rich.console import Console
 from rich.markup import escape
+
+from edgeship.errors import is_interrupt, user_code_exit
 
 console = Console(stderr=True, highlight=False)
 _quiet = [False]  # the running build's --quiet, for lines from deep inside a step (detail)
@@ -32,7 +35,9 @@ class Progress:
 
     @contextlib.contextmanager
     def step(self, label: str) -> Iterator[dict[str, str]]:
-        """Run a step; the caller may set ``status["result"]`` for the closing line."""
+        """Run a step; the caller may set ``status["result"]`` for the closing line. ``SystemExit`` (or
+        any other BaseException that is not an interrupt) leaving the step came from user code run in
+        it: it leaves as a model or data error naming the step (exit 2), never as an exit status."""
         status: dict[str, str] = {}
         start = time.perf_counter()
         spinner = console.status(f"{label} ...") if not self.quiet and console.is_terminal else None
@@ -44,7 +49,10 @@ class Progress:
             if spinner:
                 spinner.stop()
             self.info(f"[red]✗[/red] {escape(label)} [dim]({time.perf_counter() - start:.1f} s)[/dim]")
-            raise
+            error = sys.exc_info()[1]
+            if isinstance(error, Exception) or is_interrupt(error):
+                raise
+            raise user_code_exit(error, f"the step '{label}'") from error
         if spinner:
             spinner.stop()
         mark = "[yellow]![/yellow]" if status.get("warn") else "[green]✓[/green]"
