@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,7 +71,8 @@ class JobResult:
         result reports a failure."""
         if not (folder / "result.json").exists():
             tail = output.strip().splitlines()[-3:]
-            raise MeasurementError(f"runner exited {exit_code} without a result: {' | '.join(tail)}")
+            raise RunnerLost(f"runner {exit_words(exit_code)} without a result"
+                             + (f": {' | '.join(tail)}" if tail else " (it printed nothing)"))
         doc = json.loads((folder / "result.json").read_text())
         if not doc.get("ok") and doc.get("not_for_this_cpu"):
             raise MeasurementError(doc.get("error", "not for this CPU"))
@@ -90,6 +92,27 @@ class MeasurementError(Exception):
 class RunnerError(MeasurementError):
     """The runner started on the device and the artifact failed to load or run there (its own fault,
     not the device's): the message is the runtime's error."""
+
+
+class RunnerLost(RunnerError):
+    """The runner ended without a result: killed (a signal, the kernel's OOM killer), crashed or
+    stopped at its deadline. The variant was not measured there, so it fails its gates."""
+
+
+def exit_words(code: int) -> str:
+    """How a runner process ended, in words: ``killed by signal 9 (SIGKILL; out of memory?)`` for
+    a negative status (Python's subprocess), the signal a shell's 128+N status names, else ``exited N``."""
+    number = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else None
+    try:
+        name = signal.Signals(number).name if number else None
+    except ValueError:
+        name = None
+    if name is None:
+        return f"exited {code}"
+    hint = "; out of memory?" if number == signal.SIGKILL else ""
+    if code < 0:
+        return f"killed by signal {number} ({name}{hint})"
+    return f"exited {code} (signal {number}, {name}{hint}, as a shell reports it)"
 
 
 class TransportError(MeasurementError):

@@ -16,7 +16,7 @@ from edgeship.devices.base import (
     DeviceReport,
     Job,
     JobResult,
-    MeasurementError,
+    RunnerLost,
     probe_report,
 )
 from edgeship.devices.cpu import cpu_facts
@@ -48,7 +48,8 @@ class LocalDevice(Device):
             proc = subprocess.run(self.command(job, workdir / "job.json"), capture_output=True, text=True,
                                   timeout=job.timeout_s, env=self.environment())
         except subprocess.TimeoutExpired:
-            raise MeasurementError(f"runner did not finish within {job.timeout_s:.0f} s") from None
+            raise RunnerLost(f"runner did not finish within {job.timeout_s:.0f} s (latency.timeout_s) and was "
+                             "stopped") from None
         return JobResult.read_from(workdir, proc.returncode, self.runner_output(proc.stderr) or proc.stdout)
 
     def environment(self) -> dict[str, str] | None:

@@ -1,0 +1,43 @@
+"""A runner that ends without a result (a real process killed by a real signal, or stopped at its
+deadline) was not measured: the reason is said in words and the variant fails its gates; it never
+passes on missing figures."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from edgeship.devices.base import JobResult, RunnerLost, exit_words
+from edgeship.pipeline.validate import check_device_gates, measure
+from edgeship.profile import Gates, LatencySettings
+from tests.pipeline.test_validate import ScriptedDevice, job
+
+
+@pytest.mark.parametrize(("sig", "words"), [
+    (signal.SIGKILL, "runner killed by signal 9 (SIGKILL; out of memory?) without a result"),
+    (signal.SIGTERM, "runner killed by signal 15 (SIGTERM) without a result"),
+    (signal.SIGSEGV, "runner killed by signal 11 (SIGSEGV) without a result"),
+])
+def test_faults_a_runner_killed_by_a_signal_is_named_and_fails_the_variant(sig, words, tmp_path) -> None:
+    proc = subprocess.run([sys.executable, "-c", f"import os; print('loading'); os.kill(os.getpid(), {int(sig)})"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -sig
+    with pytest.raises(RunnerLost) as lost:
+        JobResult.read_from(tmp_path, proc.returncode, proc.stdout)
+    assert str(lost.value) == f"{words}: loading"
+    m = measure(ScriptedDevice([lost.value], [1.0]), job(), LatencySettings(), tmp_path, sleep=lambda s: None)
+    assert m.latency.p50_ms is None and m.latency.run_error == str(lost.value)
+    gates = check_device_gates(Gates(min_sqnr_db=20.0), None, [m.latency])
+    assert not gates.passed and gates.failures == [f"did not run on board: {words}: loading"]
+
+
+def test_exit_words_reads_a_shells_status_and_a_plain_exit_code() -> None:
+    assert exit_words(137) == "exited 137 (signal 9, SIGKILL; out of memory?, as a shell reports it)"
+    assert exit_words(1) == "exited 1" and exit_words(0) == "exited 0" and exit_words(255) == "exited 255"
+
+
+def test_faults_a_runner_that_printed_nothing_says_so(tmp_path) -> None:
+    with pytest.raises(RunnerLost, match=r"^runner exited 0 without a result \(it printed nothing\)$"):
+        JobResult.read_from(tmp_path, 0, "")
