@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,18 @@ def _tables(metadata: Any) -> tuple[Any, Any]:
     return builds, rows
 
 
+def masked_url(url: str) -> str:
+    """``url`` with its password shown as ``***`` (SQLAlchemy's own rendering), for every message,
+    report and file; a URL SQLAlchemy cannot parse has whatever stands between ``user:`` and ``@``
+    masked the same way. A password is never written anywhere by edgeship."""
+    import sqlalchemy as sa
+
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except (sa.exc.ArgumentError, ValueError):
+        return re.sub(r"(://[^/:@]*:)[^@]*@", r"\1***@", url)
+
+
 class ResultsStore:
     """A database of measurements. ``url`` is any SQLAlchemy URL; None: :func:`default_url`."""
 
@@ -90,28 +103,27 @@ class ResultsStore:
         try:
             parsed = sa.engine.make_url(self.url)
         except sa.exc.ArgumentError as e:
-            raise StoreError(f"results database URL {self.url!r}: {e}") from None
+            raise StoreError(f"results database URL {masked_url(self.url)!r}: {e}") from None
         if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
             try:
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
             except (OSError, ValueError) as e:  # a parent that is a file, a NUL in the path, ...
-                raise StoreError(f"results database {self.url}: cannot make its folder: {first_line(e)}") from None
+                raise StoreError(f"results database {self.display_url}: cannot make its folder: "
+                                 f"{first_line(e)}") from None
         try:
             self.engine = sa.create_engine(parsed)
             self.metadata = sa.MetaData()
             self.builds, self.measurements = _tables(self.metadata)
             migrate(self.engine)
         except ImportError as e:
-            raise StoreError(f"results database {self.url}: its driver is not installed: {e}") from None
+            raise StoreError(f"results database {self.display_url}: its driver is not installed: {e}") from None
         except (sa.exc.SQLAlchemyError, OSError, ValueError) as e:
-            raise StoreError(f"results database {self.url}: cannot open it: {first_line(e)}") from None
+            raise StoreError(f"results database {self.display_url}: cannot open it: {first_line(e)}") from None
 
     @property
     def display_url(self) -> str:
         """The URL with any password hidden, for messages and files."""
-        import sqlalchemy as sa
-
-        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+        return masked_url(self.url)
 
     def record(self, results: Results, build_id: str | None = None, matrix: str | None = None) -> str:
         """Store every measurement in ``results`` (``matrix``: the matrix run recording it); return the

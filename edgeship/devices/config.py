@@ -96,6 +96,14 @@ class SshConfig(RemoteSettings):
 
     _files = field_validator("identity", "known_hosts")(_local_file)
 
+    @field_validator("host", "user")
+    @classmethod
+    def _not_an_option(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith("-"):
+            raise ValueError(f"{value!r} begins with '-': the ssh client would read it as an option; "
+                             "give a host name or address (and a login name) that does not")
+        return value
+
     def device(self, name: str) -> Device:
         from edgeship.devices.ssh import SshDevice
 

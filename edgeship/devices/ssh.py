@@ -78,13 +78,13 @@ class SshDevice(RemoteDevice):
             args += ["-i", str(c.identity), "-o", "IdentitiesOnly=yes"]
         if c.user:
             args += ["-l", c.user]
-        return args + self._multiplex() + [c.host, "--", "sh -c " + shlex.quote(script)]
+        return args + self._multiplex() + ["--", c.host, "sh -c " + shlex.quote(script)]  # no host read as an option
 
     def close(self) -> None:
         """Stop the shared connection, if one is open (``ssh -O exit``)."""
         if self.config.multiplex:
             base = self.ssh_args("true")[:-3]
-            subprocess.run(base + ["-O", "exit", self.config.host], capture_output=True, timeout=CLEAN_TIMEOUT_S,
+            subprocess.run(base + ["-O", "exit", "--", self.config.host], capture_output=True, timeout=CLEAN_TIMEOUT_S,
                            stdin=subprocess.DEVNULL)
 
     def _multiplex(self) -> list[str]:

@@ -96,7 +96,7 @@ def store_rows(builds: list[Build], db: str | None, model: str | None = None,
         given = {(b.results.created, b.results.target, b.results.model.name) for b in builds}
         rows += [r for r in store.rows(model=model, target=target)
                  if (r["created"], r["target"], r["model"]) not in given]
-        sources.append(store.url)
+        sources.append(store.display_url)  # never the password
     return sorted(rows, key=lambda r: r["created"]), sources
 
 

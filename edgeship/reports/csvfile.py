@@ -11,6 +11,11 @@ accuracy columns are of), ``output_mismatch``, and one column per task metric (`
 null: ``not_measured`` then says why), ``lowering_seconds`` (how long lowering took: an AOTInductor
 compile, a quantization; for an artifact reused from the stage cache, the lowering build's) and
 ``lowering_reused``. A metric this edgeship does not list gets a column after those.
+
+A text cell that a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a
+tab, a carriage return or a line feed: a device, variant or error text from a shared build folder)
+is written with a leading ``'`` (OWASP's CSV-injection advice), a carriage return in a text as a
+line feed (quoted); numbers are written as they are.
 """
 from __future__ import annotations
 
@@ -42,8 +47,21 @@ def render_csv(report: Report) -> str:
         for device in report.devices or [None]:
             row = csv_row(report, line, device)
             if row is not None:
-                writer.writerow(row)
+                writer.writerow({key: inert(value) for key, value in row.items()})
     return out.getvalue()
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def inert(value: Any) -> Any:
+    """``value``, or a text that a spreadsheet would take for a formula with ``'`` in front. A
+    carriage return in a text becomes a line feed: the writer's line ends are ``\\n``, so only a
+    ``\\n`` gets the cell quoted (a bare ``\\r`` would end the row for a reader)."""
+    if not isinstance(value, str):
+        return value
+    value = value.replace("\r\n", "\n").replace("\r", "\n") if "\r" in value else value
+    return "'" + value if value.startswith(FORMULA_START) else value
 
 
 def csv_row(report: Report, line: Line, device: str | None) -> dict[str, Any] | None:

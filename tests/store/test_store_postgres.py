@@ -123,3 +123,23 @@ def test_postgresql_takes_eight_concurrent_writers_and_loses_no_row(postgres, re
     rate = len(rows) / seconds
     record_property("postgres_rows_per_second", round(rate))
     print(f"PostgreSQL: {len(rows)} rows from {writers} concurrent writers in {seconds:.2f} s = {rate:.0f} rows/s")
+
+
+def test_a_database_password_is_written_into_no_report_file_and_no_message(postgres, tmp_path: Path) -> None:
+    """A real PostgreSQL (trust authentication: it takes any password) reached by a URL with a
+    password: the report names the store with the password masked, and so does a store error."""
+    from edgeship.cli import main
+
+    url = postgres.url().replace(f"://{postgres.user}@", f"://{postgres.user}:S3cretPW@")
+    assert "S3cretPW" in url
+    ResultsStore(url).record(_results(), build_id="earlier")
+    (tmp_path / "build").mkdir()
+    _results(latency=[_latency("host", 1.2, "2026-02-01T00:00:00Z")]).write(tmp_path / "build" / "results.json")
+    assert main(["report", str(tmp_path / "build" / "results.json"), "--db", url, "--out", str(tmp_path / "r")]) == 0
+    written = {p.name: p.read_text() for p in (tmp_path / "r").iterdir()}
+    assert written and not [name for name, text in written.items() if "S3cretPW" in text]
+    assert f"{postgres.user}:***@" in written["report.md"]
+    unreachable = url.replace(f":{postgres.port}/", ":1/")
+    with pytest.raises(StoreError) as refused:
+        ResultsStore(unreachable)
+    assert "S3cretPW" not in str(refused.value) and f"{postgres.user}:***@" in str(refused.value)
