@@ -83,14 +83,15 @@ def _tables(metadata: Any) -> tuple[Any, Any]:
 
 def masked_url(url: str) -> str:
     """``url`` with its password shown as ``***`` (SQLAlchemy's own rendering), for every message,
-    report and file; a URL SQLAlchemy cannot parse has whatever stands between ``user:`` and ``@``
-    masked the same way. A password is never written anywhere by edgeship."""
+    report and file; in a URL SQLAlchemy cannot parse, whatever stands between ``user:`` and ``@``
+    is masked the same way. A password is never written anywhere by edgeship."""
     import sqlalchemy as sa
 
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
     except (sa.exc.ArgumentError, ValueError):
-        return re.sub(r"(://[^/:@]*:)[^@]*@", r"\1***@", url)
+        scheme, sep, rest = url.partition("://") if "://" in url else ("", "", url)
+        return scheme + sep + re.sub(r"^([^/:@]*:)[^@]*@", r"\1***@", rest)
 
 
 class ResultsStore:
@@ -102,8 +103,8 @@ class ResultsStore:
         self.url = url or default_url()
         try:
             parsed = sa.engine.make_url(self.url)
-        except sa.exc.ArgumentError as e:
-            raise StoreError(f"results database URL {masked_url(self.url)!r}: {e}") from None
+        except (sa.exc.ArgumentError, ValueError) as e:  # ValueError: a port that is not a number
+            raise StoreError(f"results database URL {masked_url(self.url)!r}: {first_line(e)}") from None
         if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
             try:
                 Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)

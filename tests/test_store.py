@@ -128,6 +128,14 @@ def test_store_display_url_hides_the_password() -> None:
         "postgresql://u:***@h/db"
 
 
+@pytest.mark.parametrize("url", ["postgresql+psycopg://u:S3cretPW@h:notaport/db", "u:S3cretPW@h/db",
+                                 "postgres ql://u:S3cretPW@h/db", "nosuchdialect://u:S3cretPW@h/db"])
+def test_a_url_that_cannot_be_used_is_a_store_error_without_its_password(url: str) -> None:
+    with pytest.raises(StoreError) as refused:
+        ResultsStore(url)
+    assert "S3cretPW" not in str(refused.value) and "u:***@h" in str(refused.value)
+
+
 @pytest.mark.parametrize("where", ["parent-is-a-file", "nul-byte"])
 def test_store_unusable_sqlite_path_is_a_store_error_naming_it(tmp_path: Path, where: str) -> None:
     (tmp_path / "afile").write_text("user data")

@@ -48,7 +48,7 @@ class LocalDevice(Device):
             proc = subprocess.run(self.command(job, workdir / "job.json"), capture_output=True, text=True,
                                   timeout=job.timeout_s, env=self.environment())
         except subprocess.TimeoutExpired:
-            raise RunnerLost(f"runner did not finish within {job.timeout_s:.0f} s (latency.timeout_s) and was "
+            raise RunnerLost(f"runner did not finish within {job.timeout_s:g} s (latency.timeout_s) and was "
                              "stopped") from None
         return JobResult.read_from(workdir, proc.returncode, self.runner_output(proc.stderr) or proc.stdout)
 

@@ -41,3 +41,16 @@ def test_exit_words_reads_a_shells_status_and_a_plain_exit_code() -> None:
 def test_faults_a_runner_that_printed_nothing_says_so(tmp_path) -> None:
     with pytest.raises(RunnerLost, match=r"^runner exited 0 without a result \(it printed nothing\)$"):
         JobResult.read_from(tmp_path, 0, "")
+
+
+def test_faults_the_real_runner_stopped_at_its_deadline_fails_the_variant(tmp_path) -> None:
+    """edgeship's own runner on this machine, given less time than Python takes to start it."""
+    from dataclasses import replace
+
+    from edgeship.devices.local import LocalDevice
+
+    host = LocalDevice("host")
+    m = measure(host, replace(job(), timeout_s=0.01), LatencySettings(), tmp_path, sleep=lambda s: None)
+    reason = "runner did not finish within 0.01 s (latency.timeout_s) and was stopped"
+    assert m.latency.p50_ms is None and m.latency.run_error == reason and m.latency.notes == [f"not measured: {reason}"]
+    assert check_device_gates(Gates(), None, [m.latency]).failures == [f"did not run on host: {reason}"]
