@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Iterator
 
@@ -45,11 +44,10 @@ class Progress:
             if spinner:
                 spinner.start()
             yield status
-        except BaseException:
+        except BaseException as error:
             if spinner:
                 spinner.stop()
             self.info(f"[red]✗[/red] {escape(label)} [dim]({time.perf_counter() - start:.1f} s)[/dim]")
-            error = sys.exc_info()[1]
             if isinstance(error, Exception) or is_interrupt(error):
                 raise
             raise user_code_exit(error, f"the step '{label}'") from error
