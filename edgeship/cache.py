@@ -38,7 +38,7 @@ from typing import Any
 
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import OutputError, listing
-from edgeship.fsutil import no_space_is_output_error, pid_alive, tree_size
+from edgeship.fsutil import full_disk_is_write_failure, pid_alive, tree_size
 
 DEFAULT_ROOT = Path("artifacts") / ".cache"
 ROOT_ENV = "EDGESHIP_CACHE_DIR"  # overrides DEFAULT_ROOT
@@ -113,11 +113,11 @@ class Cache:
         key = cache_key(key_parts)
         dest = self.entry_path(namespace, key)
         self.prepare()
-        with no_space_is_output_error(dest):
+        with full_disk_is_write_failure(dest):
             dest.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key[:12]}.{HOST}.{os.getpid()}.", suffix=".tmp", dir=dest.parent))
         try:
-            with no_space_is_output_error(dest):
+            with full_disk_is_write_failure(dest):
                 compute(tmp)
                 # Written last: an entry counts only once its key file (with its files' sha256) is there.
                 listing = {"key": key_parts, "files": file_hashes(tmp)}
@@ -167,7 +167,7 @@ class Cache:
         if (self.root / MARKER).is_file():
             return
         self.check_ours()
-        with no_space_is_output_error(self.root / MARKER):
+        with full_disk_is_write_failure(self.root / MARKER):
             self.root.mkdir(parents=True, exist_ok=True)
             (self.root / MARKER).write_text("edgeship stage cache: `edgeship cache clear` empties it\n")
 

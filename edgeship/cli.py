@@ -1,5 +1,6 @@
 """The ``edgeship`` command: a thin shim over :mod:`edgeship.api`. Exit codes come from the
-error types, here and nowhere else: 0 ok, 2 bad input, 3 a validation gate failed, 1 a bug."""
+error types, here and nowhere else: 0 ok, 2 bad input, 3 a validation gate failed, 1 the environment or a bug,
+130/143 interrupted (see BUILD_EXIT)."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,17 @@ import sys
 import traceback
 import warnings
 
-from edgeship.errors import EdgeshipError, GateFailure, user_code_exit
+from edgeship import stopping
+from edgeship.errors import EdgeshipError, GateFailure, os_failure, user_code_exit
+
+BUILD_EXIT = """exit status:
+  0    every variant built, measured where its profile says, and passed (a variant no device here can
+       run by design, e.g. TensorRT without an NVIDIA GPU, is marked "not measured here")
+  2    bad input: profile, model spec, weights, data, devices file, user code that exited; an output
+       folder another build is using, with --no-wait
+  3    a gate failed, a variant could not be built, or a runner ended without a result
+  1    the environment (a write the machine refused: the path and the reason) or a bug
+  130  interrupted (Ctrl-C); 143: SIGTERM. The previous build in the folder stays as it was."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -17,7 +28,8 @@ def parser() -> argparse.ArgumentParser:
                                 description="Take a PyTorch model to edge runtimes and prove it works there.")
     p.add_argument("--debug", action="store_true", help="show tracebacks; stop on the first lowering error")
     sub = p.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="capture, lower, validate and report one model for one target")
+    b = sub.add_parser("build", help="capture, lower, validate and report one model for one target",
+                       epilog=BUILD_EXIT, formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("--target", required=True, help="profile name (targets/NAME.toml) or path to a profile")
     b.add_argument("--model", help="model.toml, or module:callable with --input-shape (default: the demo model)")
     b.add_argument("--input-shape", help="input shape for a module:callable model, e.g. 1,3,224,224")
@@ -33,6 +45,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--remeasure", action="store_true",
                    help="measure every variant again, even when the artifact and settings are unchanged")
     b.add_argument("--db", help="results database URL (default: $EDGESHIP_DB, else sqlite:///artifacts/results.db)")
+    b.add_argument("--no-wait", action="store_true",
+                   help="when another build is using the output folder, stop (exit 2) instead of waiting for it")
     d = sub.add_parser("devices", help="list the devices of a devices file, or check that one is reachable")
     d.add_argument("--devices", dest="devices_file", help="devices.toml (default: ./devices.toml if present)")
     dsub = d.add_subparsers(dest="devices_command", required=True)
@@ -144,7 +158,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     results = api.build(args.target, args.model, input_shape=args.input_shape, out=args.out,
                         devices_file=args.devices_file, devices=args.device,
                         trust_weights=args.trust_weights, quiet=args.quiet, debug=args.debug,
-                        resume=args.resume, remeasure=args.remeasure, db=args.db)
+                        resume=args.resume, remeasure=args.remeasure, db=args.db,
+                        no_wait=args.no_wait)
     print_results(results)
     return 0
 
@@ -281,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.debug:
         quiet_libraries()
     try:
-        return COMMANDS[args.command](args)
+        with stopping.installed():
+            return COMMANDS[args.command](args)
     except GateFailure as e:
         if e.results is not None:
             from edgeship.reports.console import print_results
@@ -290,11 +306,14 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e, args)
     except EdgeshipError as e:
         return _fail(e, args)
-    except KeyboardInterrupt:
-        print("edgeship: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (stopping.Interrupted): 128 + the signal
+        outcome = getattr(e, "outcome", "")
+        print(f"edgeship: interrupted{'; ' + outcome if outcome else ''}", file=sys.stderr)
+        return getattr(e, "exit_code", 130)
     except SystemExit as e:  # edgeship's commands return their status: this came from user code they ran
         return _fail(user_code_exit(e, f"edgeship {args.command}"), args)
+    except OSError as e:  # the environment: a full disk, a read-only folder, an I/O error (exit 1)
+        return _fail(os_failure(e), args)
 
 
 def _fail(e: EdgeshipError, args: argparse.Namespace) -> int:

@@ -64,6 +64,21 @@ class OutputError(BadInputError):
     or out of space while writing (the message names the path and what was needed)."""
 
 
+class WriteFailure(EdgeshipError):
+    """The machine refused something the build needed (a write on a full disk or past the file size
+    limit, a read-only or unreadable path, an I/O error): the environment, exit 1. The message names
+    the path and the OS's reason."""
+
+
+def os_failure(error: OSError) -> WriteFailure:
+    """The one line for an OSError that ended a command: the path(s) it names and the OS's reason."""
+    paths = [str(p) for p in (error.filename, error.filename2) if p is not None]
+    reason = error.strerror or first_line(error)
+    where = f"{' -> '.join(paths)}: " if paths else ""
+    return WriteFailure(f"{where}{reason} (errno {error.errno}: the operating system refused it)" if error.errno
+                        else f"{where}{reason}")
+
+
 class UserCodeExit(BadInputError):
     """User code (a model entry, its forward, a data source or dataset reader) raised ``SystemExit`` or
     another ``BaseException`` that is not an interrupt: a model or data error (exit 2), never success."""

@@ -2,9 +2,9 @@
 
 Temporary names carry the writer's pid (``.<stem>.tmp-<pid>-<random><suffix>``), so a later run
 can tell a leftover of a killed writer (its pid gone) from a file another live build is writing.
-A full disk (ENOSPC, or a quota: EDQUOT) while writing is an ``OutputError`` naming the file,
-the bytes it needed when known and the bytes free; the temporary file is removed and the previous
-file stays as it was.
+A full disk (ENOSPC, a quota: EDQUOT, the file size limit: EFBIG) while writing is a
+``WriteFailure`` (exit 1) naming the file, the bytes it needed when known and the bytes free; the
+temporary file is removed and the previous file stays as it was.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from edgeship.errors import OutputError
+from edgeship.errors import WriteFailure
 
-NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # EFBIG: past the file size limit (ulimit -f)
 TEMP_NAME = re.compile(r"^\..*\.tmp-(?P<pid>\d+)-[A-Za-z0-9_]+")
 
 
@@ -30,7 +30,7 @@ def atomic_output(dest: Path, size: int | None = None) -> Iterator[Path]:
     ``size``: the bytes about to be written, when known, for the message on a full disk.
     """
     dest = Path(dest)
-    with no_space_is_output_error(dest, size):
+    with full_disk_is_write_failure(dest, size):
         dest.parent.mkdir(parents=True, exist_ok=True)
     # The temporary name keeps the suffix: some writers insist on it (coremltools: .mlpackage).
     fd, name = tempfile.mkstemp(prefix=f".{dest.stem}.tmp-{os.getpid()}-", suffix=dest.suffix, dir=dest.parent)
@@ -38,7 +38,7 @@ def atomic_output(dest: Path, size: int | None = None) -> Iterator[Path]:
     tmp = Path(name)
     tmp.unlink()  # the writer creates it (a file or a folder, as it needs)
     try:
-        with no_space_is_output_error(dest, size):
+        with full_disk_is_write_failure(dest, size):
             yield tmp
             if dest.is_dir() and not dest.is_symlink():
                 shutil.rmtree(dest)
@@ -66,7 +66,7 @@ def atomic_output_named(dest: Path) -> Iterator[Path]:
 
 
 def atomic_write_bytes(dest: Path, data: bytes) -> None:
-    """Write ``data`` to ``dest`` atomically (OutputError naming it when the disk is full)."""
+    """Write ``data`` to ``dest`` atomically (WriteFailure naming it when the disk is full)."""
     with atomic_output(dest, size=len(data)) as tmp:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
@@ -84,25 +84,29 @@ def atomic_write_text(dest: Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def no_space_is_output_error(dest: Path, size: int | None = None, own_name: bool = False) -> Iterator[None]:
-    """Turn a full disk (ENOSPC, EDQUOT) inside the block into an OutputError naming ``dest`` (with
+def full_disk_is_write_failure(dest: Path, size: int | None = None, own_name: bool = False) -> Iterator[None]:
+    """Turn a full disk (ENOSPC, EDQUOT, EFBIG) inside the block into a WriteFailure naming ``dest`` (with
     ``own_name``: the file the error names, when it names one)."""
     try:
         yield
     except OSError as e:
         if e.errno in NO_SPACE:
-            raise no_space_error(Path(e.filename if own_name and e.filename else dest), size) from e
+            raise no_space_error(Path(e.filename if own_name and e.filename else dest), size, e.errno) from e
         raise
 
 
-def no_space_error(dest: Path, size: int | None = None) -> OutputError:
-    """The message for a disk that filled up while writing ``dest``."""
+def no_space_error(dest: Path, size: int | None = None, code: int = errno.ENOSPC) -> WriteFailure:
+    """The message for a disk that filled up (or a file past the size limit, EFBIG) while writing ``dest``."""
     needed = f"{size:,} bytes to write" if size is not None else "size not known in advance"
+    if code == errno.EFBIG:
+        return WriteFailure(f"{dest}: the file size limit was reached while writing it ({needed}; ulimit -f / "
+                            "RLIMIT_FSIZE); nothing half-written was kept and the previous file, if any, is "
+                            "unchanged: raise the limit and run again")
     free = free_bytes(dest)
     room = f"; {free:,} bytes free there" if free is not None else ""
-    return OutputError(f"{dest}: no space left on the device while writing it ({needed}{room}); nothing "
-                       "half-written was kept and the previous file, if any, is unchanged: free some space "
-                       "and run again")
+    return WriteFailure(f"{dest}: no space left on the device while writing it ({needed}{room}); nothing "
+                        "half-written was kept and the previous file, if any, is unchanged: free some space "
+                        "and run again")
 
 
 def free_bytes(path: Path) -> int | None:

@@ -23,7 +23,7 @@ DEVICE_FILES = ("devices.runner", "devices.hashing", "devices.probe", "devices.t
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("errors", "fsutil", "metrics", "progress", "cache", "results", "config", "entry", "spec", "outputs",
                     "shapes", "store", "store_migrations", "calibration.dataset", "quantize.settings",
-                    "bundle.platforms", "demo", "tasks", "webfiles",
+                    "bundle.platforms", "demo", "tasks", "webfiles", "locks", "stopping",
                     *DEVICE_FILES)),
     ("declarations", ("lowering.registry", "profile")),
     ("inputs", ("model", "calibration", "devices")),

@@ -1,4 +1,4 @@
-"""Atomic writes: a full disk is an OutputError naming the file and the bytes it needed, with nothing
+"""Atomic writes: a full disk is an WriteFailure naming the file and the bytes it needed, with nothing
 half-written left behind and the previous file as it was."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeship.errors import OutputError
+from edgeship.errors import WriteFailure
 from edgeship.fsutil import atomic_output, atomic_write_bytes, atomic_write_text, temp_owner
 from tests import system
 
@@ -35,7 +35,7 @@ def test_fsutil_full_disk_names_the_file_and_size_and_keeps_the_previous_file(tm
     dest = tmp_path / "results.json"
     atomic_write_text(dest, "previous")
     monkeypatch.setattr(os, "write", _full_after(1000))
-    with pytest.raises(OutputError, match=rf"{dest}: no space left on the device while writing it \(5,000 bytes to "
+    with pytest.raises(WriteFailure, match=rf"{dest}: no space left on the device while writing it \(5,000 bytes to "
                                           r"write; [\d,]+ bytes free there\)"):
         atomic_write_bytes(dest, b"x" * 5000)
     assert dest.read_text() == "previous" and [p.name for p in tmp_path.iterdir()] == ["results.json"]
@@ -44,7 +44,7 @@ def test_fsutil_full_disk_names_the_file_and_size_and_keeps_the_previous_file(tm
 def test_fsutil_full_disk_inside_an_atomic_output_block_is_an_output_error(tmp_path: Path) -> None:
     dest = tmp_path / "model.onnx"
     dest.write_bytes(b"validated")
-    with pytest.raises(OutputError, match=r"model.onnx: no space left .*size not known in advance"):
+    with pytest.raises(WriteFailure, match=r"model.onnx: no space left .*size not known in advance"):
         with atomic_output(dest) as tmp:
             tmp.write_bytes(b"half")
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -84,6 +84,6 @@ def small_tmpfs(tmp_path: Path):
 def test_fsutil_full_disk_on_a_real_small_file_system(small_tmpfs: Path) -> None:
     dest = small_tmpfs / "model.onnx"
     atomic_write_bytes(dest, b"v" * 1000)
-    with pytest.raises(OutputError, match=r"model.onnx: no space left on the device .*3,145,728 bytes to write"):
+    with pytest.raises(WriteFailure, match=r"model.onnx: no space left on the device .*3,145,728 bytes to write"):
         atomic_write_bytes(dest, b"x" * (3 << 20))
     assert dest.read_bytes() == b"v" * 1000 and [p.name for p in small_tmpfs.iterdir()] == ["model.onnx"]

@@ -193,6 +193,10 @@ class Device(ABC):
         CPU model), else None: the build probes it (devices/targets.py)."""
         return None
 
+    def cancel(self) -> None:  # noqa: B027 (a hook: a local runner is stopped as this process's child)
+        """Stop the job running now where it runs (the command is being interrupted; called from the
+        main thread while a worker waits for ``run_job``); default: nothing beyond the local processes."""
+
     def close(self) -> None:  # noqa: B027 (a hook: most transports keep nothing open)
         """Release what the device keeps open between jobs (a shared connection); default: nothing."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from edgeship import stopping
 from edgeship.errors import StoreError
 from edgeship.fsutil import remove_path
 from edgeship.pipeline.bundle import report_and_bundle
@@ -37,7 +38,7 @@ def publish_build(plan: Plan, folder: BuildFolder, results: Results, progress: P
     pending = None
     if plan.store is not None:
         pending = folder.stage_pending(uuid.uuid4().hex[:16], plan.store.display_url, results)
-    with progress.step(f"publish into {plan.out_dir}") as status:
+    with progress.step(f"publish into {plan.out_dir}") as status, stopping.deferred():  # never half-published
         messages = folder.publish(results.build_key, [v.name for v in plan.profile.variants])
         status["result"] = f"wrote {plan.out_dir / RESULTS}"
     for line in messages:

@@ -16,8 +16,8 @@ from typing import Any
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
 from edgeship.devices.hashing import sha256_path
-from edgeship.errors import LoweringError, OutputError, failure_line
-from edgeship.fsutil import atomic_write_text
+from edgeship.errors import LoweringError, OutputError, WriteFailure, failure_line
+from edgeship.fsutil import NO_SPACE, atomic_write_text
 from edgeship.lowering.backends import BACKENDS
 from edgeship.lowering.base import AccuracyBudget, Artifact, Backend, LowerRequest
 from edgeship.lowering.capture import CaptureFailed, Capturer
@@ -95,9 +95,11 @@ def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_di
     start = time.perf_counter()
     try:
         result.artifact = backend.lower(request)
-    except OutputError:
+    except (OutputError, WriteFailure):
         raise  # a full disk is the build's problem, not this variant's
     except Exception as e:  # a converter's failure belongs to this variant only
+        if isinstance(e, OSError) and e.errno in NO_SPACE:
+            raise  # a converter's own write on a full disk: the build's problem too
         if debug and not isinstance(e, LoweringError):
             raise
         result.error = f"lowering failed: {failure_line(e)}"  # colour codes removed, the unsupported op named

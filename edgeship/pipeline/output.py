@@ -14,6 +14,11 @@ build left it. ``publish`` then moves the staged files in, by renames:
 5. the incomplete marker is renamed to ``.edgeship-build.json``, the manifest: every file of this
    build with its sha256, the build key, and edgeship's files of earlier builds left in place.
 
+One build at a time: a build holds ``.edgeship-lock`` (an OS file lock, ``locks.FileLock``) from
+its plan to its end; a second build into the folder waits for it, or with ``--no-wait`` stops (exit
+2). A build that fails or is interrupted removes its ``.work`` and, when it made the folder, the
+folder (if nothing else is in it).
+
 So results.json is, at every moment, absent or true to every file it names. Which files are
 edgeship's comes from the manifest and an incomplete marker, or in a folder built before manifests
 existed, from its results.json (the files it names, their folders' lowering.log, the reports and
@@ -26,14 +31,15 @@ import contextlib
 import json
 import os
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import OutputError, listing
-from edgeship.fsutil import atomic_write_text, no_space_is_output_error, pid_alive, remove_path, temp_owner
+from edgeship.fsutil import atomic_write_text, full_disk_is_write_failure, pid_alive, remove_path, temp_owner
+from edgeship.locks import Busy, FileLock, describe
 from edgeship.results import Results
 
 MANIFEST = ".edgeship-build.json"
@@ -41,8 +47,9 @@ INCOMPLETE = ".edgeship-incomplete.json"
 UNRECORDED = ".edgeship-unrecorded.json"
 WORK = ".work"
 STAGED = ".staged"  # variant names start with a letter or digit, so no job folder under .work is called so
+LOCK = ".edgeship-lock"
 RESULTS = "results.json"
-STATE = {MANIFEST, INCOMPLETE, UNRECORDED, WORK}  # edgeship's own bookkeeping, never part of a build's files
+STATE = {MANIFEST, INCOMPLETE, UNRECORDED, WORK, LOCK}  # edgeship's own bookkeeping, never part of a build's files
 
 
 def report_names() -> tuple[str, ...]:
@@ -93,6 +100,36 @@ class BuildFolder:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.staged = self.root / WORK / STAGED
+        self.published = False  # this build's files are in the folder
+
+    # One build at a time.
+
+    @contextlib.contextmanager
+    def held(self, wait: bool, say: Callable[[str], None], made: list[Path]) -> Iterator[None]:
+        """The folder for this build alone until the block ends: waits while another build holds it
+        (``say`` tells whose), or raises OutputError when ``wait`` is False. When the block raises,
+        this build's ``.work`` goes, and the folders it ``made`` (innermost first) go when nothing
+        else is in them."""
+
+        def waiting(info: dict[str, Any]) -> None:
+            say(f"waiting for the build {describe(info)} that is using {self.root} (--no-wait: stop instead)")
+        lock = FileLock(self.root / LOCK, timeout_s=None if wait else 0, on_wait=waiting, remove=True)
+        try:
+            with full_disk_is_write_failure(self.root / LOCK):
+                lock.__enter__()
+        except Busy as e:
+            raise OutputError(f"{self.root} is in use by another build ({describe(e.holder)}) and --no-wait was "
+                              "given; nothing was changed") from None
+        try:
+            yield
+        except BaseException:
+            remove_path(self.root / WORK)
+            raise
+        finally:
+            lock.__exit__()
+            for folder in made:  # innermost first; rmdir leaves a folder that is not empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
 
     # What is here, and whose.
 
@@ -168,7 +205,7 @@ class BuildFolder:
                 pid = temp_owner(item.name)
                 if pid is not None and item.is_file() and not pid_alive(pid):
                     remove_path(item)
-        with no_space_is_output_error(self.staged):
+        with full_disk_is_write_failure(self.staged):
             self.staged.mkdir(parents=True)
         return self.staged
 
@@ -203,6 +240,7 @@ class BuildFolder:
             remove_path(self.root / folder)
         self._move_top()
         self._seal()
+        self.published = True
         remove_path(self.staged)
         return messages
 

@@ -35,6 +35,7 @@ class BuildRequest:
     quiet: bool = False
     resume: bool = False
     remeasure: bool = False
+    no_wait: bool = False         # another build holding --out: stop (exit 2) instead of waiting
     db: str | None = None
     # Replaces each resolved device (edgeship matrix on Ray: a device measured on the node that
     # owns it); None: the devices as the devices file makes them.
@@ -52,6 +53,7 @@ class Plan:
     out_dir: Path
     devices: list[Device]
     store: ResultsStore | None = None
+    made: list[Path] = field(default_factory=list)  # the folders of out_dir this build made, innermost first
 
     @property
     def evaluation_source(self) -> str | None:
@@ -81,8 +83,9 @@ def make_plan(request: BuildRequest) -> Plan:
         devices = [request.device_wrapper(d) for d in devices]
     # Last, as they make the folders: a bad device or store leaves no empty output folder behind.
     usable_folder(default_cache().root, f"cache folder (${ROOT_ENV})" if os.environ.get(ROOT_ENV) else "cache folder")
+    made = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
     usable_folder(out_dir, "--out" if request.out else "output folder")
-    return Plan(request, profile, spec, out_dir, devices, store)
+    return Plan(request, profile, spec, out_dir, devices, store, made)
 
 
 def resolve_devices(request: BuildRequest, defaults: list[str] | None = None) -> list[Device]:

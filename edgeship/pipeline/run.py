@@ -22,7 +22,7 @@ from edgeship.devices import Job
 from edgeship.devices.cpu import cpu_facts
 from edgeship.devices.targets import target_cpus
 from edgeship.errors import CaptureError, GateFailure
-from edgeship.fsutil import no_space_is_output_error, tree_size
+from edgeship.fsutil import full_disk_is_write_failure, tree_size
 from edgeship.lowering.capture import Capturer
 from edgeship.lowering.registry import SPECS
 from edgeship.model import LazyModel
@@ -68,8 +68,16 @@ def build(request: BuildRequest) -> Results:
         status["result"] = (f"{plan.profile.name}: {len(plan.profile.variants)} variants of "
                             f"{plan.spec.name}, devices {', '.join(d.name for d in plan.devices)}")
     folder = BuildFolder(plan.out_dir)
-    with no_space_is_output_error(plan.out_dir, own_name=True):  # a full disk anywhere (numpy, shutil, ...)
-        return _build(plan, folder, progress)
+    before = folder.manifest() is not None or (plan.out_dir / RESULTS).exists()
+    try:
+        with folder.held(not request.no_wait, progress.info, plan.made), \
+                full_disk_is_write_failure(plan.out_dir, own_name=True):  # a full disk anywhere (numpy, shutil, ...)
+            return _build(plan, folder, progress)
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: say what the folder holds now
+        e.outcome = (f"this build was published into {plan.out_dir} before it stopped" if folder.published else
+                     f"the previous build in {plan.out_dir} is untouched" if before else
+                     f"nothing was written into {plan.out_dir}")
+        raise
 
 
 def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:

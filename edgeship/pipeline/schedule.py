@@ -9,7 +9,6 @@ is reused, not measured again. A requested device that measured nothing fails th
 """
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -19,10 +18,12 @@ from pathlib import Path
 import numpy as np
 from rich.markup import escape
 
+from edgeship import stopping
 from edgeship.devices import Device, Job
 from edgeship.devices.base import MeasurementError
-from edgeship.devices.lock import DeviceLock, describe
+from edgeship.devices.lock import DeviceLock
 from edgeship.errors import first_line
+from edgeship.locks import describe
 from edgeship.metrics import sqnr_db
 from edgeship.outputs import mismatches
 from edgeship.pipeline.validate import (
@@ -141,8 +142,9 @@ def _device_worker(queue: list[Task], settings: LatencySettings, progress: Progr
 
     try:
         for i, task in enumerate(queue):
+            stopping.check()
             if i and settings.cooldown_s:
-                time.sleep(settings.cooldown_s)
+                stopping.pause(settings.cooldown_s)
             task.result = _locked_measure(task, settings, waiting)
             if i and settings.cooldown_s:
                 task.result.latency.notes.append(f"{device.name} rested {settings.cooldown_s:g} s before this run")

@@ -35,7 +35,7 @@ from edgeship.cache import Cache, cache_key
 from edgeship.config import ENTRY_PATTERN
 from edgeship.devices.hashing import sha256_file, sha256_path
 from edgeship.entry import entry_source
-from edgeship.fsutil import atomic_write_text, no_space_is_output_error, remove_path
+from edgeship.fsutil import atomic_write_text, full_disk_is_write_failure, remove_path
 from edgeship.lowering.aoti_isa import cxx_version
 from edgeship.pipeline.plan import Plan
 from edgeship.profile.models import Variant
@@ -152,7 +152,7 @@ def restore_artifact(cache: Cache, key: dict[str, Any], folder: Path) -> dict[st
         return None
     record = json.loads((entry.path / LOWERED).read_text())
     remove_path(folder)
-    with no_space_is_output_error(folder):
+    with full_disk_is_write_failure(folder):
         shutil.copytree(entry.path / "files", folder)
     copy = folder / record["file"]
     if copy.exists() and sha256_path(copy) == record["sha256"]:

@@ -11,7 +11,6 @@ import hashlib
 import json
 import math
 import shutil
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from edgeship import metrics
+from edgeship import metrics, stopping
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset, random_dataset
 from edgeship.calibration.datasets import load_sized
@@ -252,7 +251,7 @@ class Measurement:
 
 
 def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
-            sleep: Callable[[float], None] = time.sleep) -> Measurement:
+            sleep: Callable[[float], None] = stopping.pause) -> Measurement:
     """Run a job on a device; a failure becomes a latency row with no numbers and the reason.
 
     A job whose connection dropped (TransportError) is started again up to ``device.retries``
@@ -293,7 +292,7 @@ def _run_with_retries(device: Device, job: Job, workdir: Path, row: Latency,
     for attempt in range(1, device.retries + 2):
         row.attempts = attempt
         try:
-            return device.run_job(job, workdir)
+            return _run_once(device, job, workdir)
         except TransportError as e:
             if attempt > device.retries:
                 row.notes.append(f"not measured: {e} (gave up after {attempt} attempts)")
@@ -306,6 +305,17 @@ def _run_with_retries(device: Device, job: Job, workdir: Path, row: Latency,
             row.run_error = str(e) if isinstance(e, RunnerError) else None
             return None
     return None
+
+
+def _run_once(device: Device, job: Job, workdir: Path) -> JobResult:
+    """``device.run_job``; Interrupted instead when the command is being stopped, before or after it
+    (a runner the signal stopped is not a failed measurement, and its result is not kept)."""
+    stopping.check()
+    try:
+        with stopping.running_on(device):
+            return device.run_job(job, workdir)
+    finally:
+        stopping.check()
 
 
 CONTENDED_CPU_LOAD = 0.5  # other processes' CPUs' worth of work during the timing that marks it shared

@@ -1,0 +1,120 @@
+"""Stopping a command at Ctrl-C (SIGINT) or SIGTERM, at any stage, within about a second.
+
+The command line installs the handler (``installed``) for the length of one command. On the first
+signal it sets ``STOP``, asks every device that is running a job to stop it there (``running_on``;
+an ssh device kills its remote runner), stops every process this one started, and their children
+(SIGTERM, then SIGKILL after ``GRACE_S``: runners, ssh clients, the emulator, the browser), then
+raises ``Interrupted`` in the main thread. Threads that measure check ``STOP`` before each job and
+after it (``check``), so a runner stopped by the signal is never recorded as a result, and the build
+does not go on to the next one. A block that must not be cut in half (publishing the build into
+its folder: a few renames) runs ``deferred``: the signal is kept and raised when it ends.
+
+``Interrupted`` is a KeyboardInterrupt, so code that passes Ctrl-C through passes it through too;
+the command exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+STOP = threading.Event()
+GRACE_S = 1.0
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_running: dict[int, Any] = {}           # id -> a device running a job now (it has a ``cancel()``)
+_state = {"deferred": 0, "pending": 0}  # blocks that defer the signal, and the signal kept meanwhile
+
+
+class Interrupted(KeyboardInterrupt):
+    """The command was stopped by a signal; ``exit_code`` is 128 + its number."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = 128 + signum
+        self.outcome = ""  # what the build folder holds now, said by the build that was stopped
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """SIGINT and SIGTERM stop the command (see the module's description) until the block ends;
+    the handlers before it come back after. Only the main thread can install them: elsewhere this
+    does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    STOP.clear()
+    _state.update(deferred=0, pending=0)
+    before = {s: signal.signal(s, _on_signal) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    first = not STOP.is_set()
+    STOP.set()
+    if first:
+        stop_children()
+    if _state["deferred"]:
+        _state["pending"] = _state["pending"] or signum
+        return
+    raise Interrupted(signum)
+
+
+def stop_children(grace_s: float = GRACE_S) -> None:
+    """Ask running devices to stop their job, then stop every process this one started (and theirs)."""
+    import psutil
+
+    for device in list(_running.values()):
+        with contextlib.suppress(Exception):  # best effort: the local processes go below in any case
+            device.cancel()
+    try:
+        children = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=grace_s)
+    for child in alive:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+
+
+def check() -> None:
+    """Raise Interrupted when the command is being stopped (in any thread)."""
+    if STOP.is_set():
+        raise Interrupted(_state["pending"] or signal.SIGINT)
+
+
+def pause(seconds: float) -> None:
+    """``time.sleep`` that ends at once, with Interrupted, when the command is being stopped."""
+    STOP.wait(seconds)
+    check()
+
+
+@contextlib.contextmanager
+def running_on(device: Any) -> Iterator[None]:
+    """``device`` runs a job in this block: on a signal its ``cancel()`` stops it there."""
+    _running[id(device)] = device
+    try:
+        yield
+    finally:
+        _running.pop(id(device), None)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """A signal during the block is kept, and raised (Interrupted) when the block ends."""
+    _state["deferred"] += 1
+    try:
+        yield
+    finally:
+        _state["deferred"] -= 1
+    if not _state["deferred"] and _state["pending"]:
+        raise Interrupted(_state["pending"])
