@@ -15,7 +15,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from edgeship.errors import WriteFailure
 
@@ -107,6 +107,25 @@ def no_space_error(dest: Path, size: int | None = None, code: int = errno.ENOSPC
     return WriteFailure(f"{dest}: no space left on the device while writing it ({needed}{room}); nothing "
                         "half-written was kept and the previous file, if any, is unchanged: free some space "
                         "and run again")
+
+
+def confined(root: Path, rel: str) -> Path | None:
+    """``root / rel`` when ``rel`` (read from a file: a manifest, a results.json) is a relative path
+    without ``..`` whose folders, symlinks resolved, stay inside ``root``; None when it would lead
+    out (then edgeship neither deletes, copies nor signs it)."""
+    parts = PurePosixPath(rel).parts
+    if not rel or PurePosixPath(rel).is_absolute() or ".." in parts or "\0" in rel:
+        return None
+    path = Path(root).joinpath(*parts)
+    base, parent = Path(root).resolve(), path.parent.resolve()
+    return path if parent == base or base in parent.parents else None
+
+
+def byte_count(n: int) -> str:
+    """``1,234,567 bytes (1.2 MiB)``: exact, and readable from a MiB on."""
+    return f"{n:,} bytes" + (f" ({n / (1 << 40):.1f} TiB)" if n >= 1 << 40 else
+                             f" ({n / (1 << 30):.1f} GiB)" if n >= 1 << 30 else
+                             f" ({n / (1 << 20):.1f} MiB)" if n >= 1 << 20 else "")
 
 
 def free_bytes(path: Path) -> int | None:

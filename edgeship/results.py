@@ -182,6 +182,9 @@ class Lowering(ResultModel):
 class GateResult(ResultModel):
     passed: bool = True
     failures: list[str] = Field(default_factory=list)
+    # False: no device of the build can run the artifact by design (TensorRT without an NVIDIA GPU,
+    # Core ML off macOS): built and checked, not measured; ``passed`` then only says nothing failed.
+    checked: bool = True
 
 
 class VariantResult(ResultModel):

@@ -38,6 +38,7 @@ from edgeship.bundle.signing import (
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import BundleError, OutputError
 from edgeship.fsutil import atomic_output, atomic_write_text
+from edgeship.fsutil import byte_count as _size
 
 FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # zip entry times: the same inputs give the same bytes
 CHUNK = 1 << 20
@@ -254,11 +255,6 @@ def _check_ratio(path: Path, name: str, size: int, compressed: int) -> None:
         raise BundleError(f"{path}: {name}: compresses {ratio} ({_size(size)} from {compressed:,} bytes), above the "
                           f"limit of {MAX_RATIO}:1; refused (model files compress about 1-3:1: this is a "
                           "decompression bomb or not a bundle)")
-
-
-def _size(n: int) -> str:
-    return f"{n:,} bytes" + (f" ({n / (1 << 30):.1f} GiB)" if n >= 1 << 30 else
-                             f" ({n / (1 << 20):.1f} MiB)" if n >= 1 << 20 else "")
 
 
 def _stream(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> Iterator[bytes]:

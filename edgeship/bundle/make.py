@@ -29,6 +29,7 @@ from edgeship.devices.base import HERE as DEVICE_DIR
 from edgeship.devices.base import RUNNER_FILES
 from edgeship.devices.hashing import sha256_path
 from edgeship.errors import BundleError
+from edgeship.fsutil import confined
 from edgeship.profile import BundleSettings, Profile
 from edgeship.results import Results, VariantResult
 from edgeship.spec import ModelSpec
@@ -158,10 +159,16 @@ def artifact_files(platform: Platform, build_dir: Path, row: VariantResult) -> t
     """The zip paths of a variant's files (the artifact, alone or under a folder named after the variant,
     or the variant's whole folder) and its main path; BundleError when the artifact is missing or
     changed since the build validated it."""
-    src = build_dir / str(row.file)
+    src = confined(build_dir, str(row.file))
+    if src is None:
+        raise BundleError(f"{build_dir / 'results.json'}: the artifact of {row.name} is {row.file!r}, outside "
+                          f"{build_dir}; refused (edgeship never writes there: results.json was changed)")
     if not src.exists():
         raise BundleError(f"{src}: the artifact of {row.name} is missing; build again")
-    if row.sha256 and sha256_path(src) != row.sha256:  # a folder's (an IR, an .mlpackage): of every file
+    if not row.sha256:
+        raise BundleError(f"{build_dir / 'results.json'}: no sha256 for {row.name}'s artifact, so {src} cannot be "
+                          "checked against what the build validated; build again")
+    if sha256_path(src) != row.sha256:  # a folder's (an IR, an .mlpackage): of every file
         raise BundleError(f"{src}: changed since the build validated it (its sha256 differs from "
                           f"results.json); build again")
     if platform.by_variant:

@@ -5,6 +5,7 @@ x1, y1, x2, y2, class; rows with a negative class pad). The reader does not know
 task's own check (``edgeship.pipeline.validate.check_labels``) decides whether ``y`` fits it."""
 from __future__ import annotations
 
+import math
 import zipfile
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from edgeship.calibration.dataset import Dataset, refuse_non_finite
 from edgeship.errors import DataError
+from edgeship.fsutil import byte_count
 from edgeship.spec import ModelSpec
 
 
@@ -20,6 +22,7 @@ def read_npz(path: Path, spec: ModelSpec) -> Dataset:
     if not zipfile.is_zipfile(path):  # np.load would try a .npy or a pickle and say so, misleadingly
         raise DataError(f"{path}: not an .npz file (a zip of arrays, as numpy.savez writes); "
                         "its bytes are not a zip archive")
+    refuse_oversized(path)
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
@@ -37,6 +40,47 @@ def read_npz(path: Path, spec: ModelSpec) -> Dataset:
     inputs = {name: arrays[key] for name, key in zip(names, keys)}
     labels = arrays.get("y")
     return Dataset(inputs, None if labels is None else _labels(labels, path), str(path))
+
+
+def declared_arrays(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype, int, int]]:
+    """Each array of an .npz as its .npy header declares it, read before any data: (shape, dtype,
+    bytes it needs, bytes the zip member holds). DataError for a header numpy cannot read."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    out = {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    continue
+                with zf.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    shape, _, dtype = readers.get(version, np.lib.format.read_array_header_2_0)(f)
+                    header = f.tell()
+                count = math.prod(shape)
+                out[info.filename[:-4]] = (shape, dtype, count * dtype.itemsize, info.file_size - header)
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise DataError(f"{path}: not a readable .npz file: {e}") from None
+    return out
+
+
+def refuse_oversized(path: Path) -> None:
+    """DataError, before anything is allocated, for an array whose header declares more bytes than its
+    zip member holds (a truncated or forged file), or arrays that together need more memory than this
+    machine has free, naming the array, its shape and size."""
+    import psutil
+
+    arrays = declared_arrays(path)
+    for key, (shape, dtype, needed, held) in arrays.items():
+        if needed > held:
+            raise DataError(f"{path}: array {key!r} declares shape {list(shape)} {dtype} ({byte_count(needed)}) "
+                            f"but the file holds {byte_count(held)} of data for it: a truncated or damaged file")
+    total, free = sum(a[2] for a in arrays.values()), psutil.virtual_memory().available
+    if total > free:
+        largest = max(arrays, key=lambda k: arrays[k][2])
+        shape, dtype, needed, _ = arrays[largest]
+        raise DataError(f"{path}: its arrays need {byte_count(total)} in memory, more than the {byte_count(free)} "
+                        f"free here (largest: {largest!r}, shape {list(shape)} {dtype}, {byte_count(needed)}); use "
+                        "fewer samples in the file, or an image folder")
 
 
 def _labels(y: np.ndarray, path: Path) -> np.ndarray:

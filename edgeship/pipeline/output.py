@@ -38,7 +38,14 @@ from typing import Any
 
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import OutputError, listing
-from edgeship.fsutil import atomic_write_text, full_disk_is_write_failure, pid_alive, remove_path, temp_owner
+from edgeship.fsutil import (
+    atomic_write_text,
+    confined,
+    full_disk_is_write_failure,
+    pid_alive,
+    remove_path,
+    temp_owner,
+)
 from edgeship.locks import Busy, FileLock, describe
 from edgeship.results import Results
 
@@ -142,14 +149,17 @@ class BuildFolder:
     def known(self) -> tuple[set[str], set[str]]:
         """Files edgeship wrote here (relative paths), and the variant folders that only a results.json
         from before manifests knows (where a file this build writes replaces the old one of that name)."""
-        docs = [d for d in (self.manifest(), self.incomplete()) if d is not None]
+        docs = [(n, d) for n, d in ((MANIFEST, self.manifest()), (INCOMPLETE, self.incomplete())) if d is not None]
         if docs:
-            return {name for d in docs for name in (*d.files, *d.earlier)}, set()
+            for source, doc in docs:
+                self.refuse_outside(source, [*doc.files, *doc.earlier])
+            return {name for _, d in docs for name in (*d.files, *d.earlier)}, set()
         try:
             results = Results.read(self.root / RESULTS)
         except (OSError, ValueError):
             return set(), set()
         known, folders = {RESULTS, *report_names()}, set()
+        self.refuse_outside(RESULTS, [r.file or r.name for r in results.variants if r.backend != "eager"])
         for row in (r for r in results.variants if r.backend != "eager"):
             folder = (row.file or row.name).split("/")[0]
             folders.add(folder)
@@ -158,6 +168,15 @@ class BuildFolder:
                 known |= set(self.files_under(row.file))
         known |= {p.name for p in self.root.glob("*.zip") if is_bundle(p)}
         return known, folders
+
+    def refuse_outside(self, source: str, names: Iterable[str]) -> None:
+        """OutputError when ``source`` (a file of this folder) names a path that leads out of the folder:
+        edgeship never wrote one, so it is never deleted, replaced or bundled."""
+        bad = [name for name in names if confined(self.root, name) is None]
+        if bad:
+            raise OutputError(f"{self.root / source}: names {listing(repr(b) for b in bad)}, outside {self.root}; "
+                              "edgeship never writes there, so this file was changed by hand or by another tool. "
+                              f"Nothing was changed: build into another --out, or remove {self.root / source}")
 
     def files_under(self, rel: str) -> list[str]:
         """Files (and links) at or under ``rel``, relative to the folder."""

@@ -305,6 +305,7 @@ def judge_row(plan: Plan, model: LazyModel, ref: Reference, row: VariantResult, 
     gates the task ignores and on the other way to deploy a detector that failed."""
     if row.error is None:
         if unavailable and not row.latency:
+            row.gates.checked = False
             row.notes.append("gates not checked: no device in this build can run the artifact")
         else:
             gates = plan.profile.gates_for(_variant(plan, row.name))

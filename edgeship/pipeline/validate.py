@@ -460,22 +460,29 @@ def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[La
                        task: str = "classification") -> GateResult:
     """check_gates on the variant's accuracy, plus the accuracy gates on every other device that
     returned outputs (a device whose runtime computes differently fails the variant too), and a
-    failure for every device (and size) where the artifact did not run, or whose outputs differ
-    from the float model's in count, shape or dtype. Gates on the whole evaluation set
+    failure for every device (and size) where the artifact did not run or was not measured (a lost or
+    busy device: never a pass on missing figures), where its outputs differ from the float model's in
+    count, shape or dtype, and when no device returned outputs to judge accuracy by. Gates on the whole evaluation set
     (``SET_GATES``) are not judged on the few seeded samples of the min and max sizes."""
     result = check_gates(gates, accuracy, latency, task)
     first = next((row for row in latency if row.accuracy is accuracy and accuracy is not None), None)
     for row in latency:
         where = row.device + (f" at the {row.size} size" if row.size else "")
         result.failures += [f"output signature on {where}: {m}" for m in row.output_mismatch]
-        if row.run_error is not None:  # the artifact itself failed there; an unreachable device fails the build
+        if row.run_error is not None:  # the artifact itself failed there
             result.failures.append(f"did not run on {where}: {row.run_error}")
+        elif row.p50_ms is None and row.mean_ms is None and row.accuracy is None:  # device lost, busy, ...
+            why = next((n for n in row.notes if n.startswith("not measured")), "not measured: no result came back")
+            result.failures.append(f"{why.replace('not measured', f'not measured on {where}', 1)}")
         if row.accuracy is not None and row.accuracy is not accuracy:
             row_gates = gates.model_copy(update=dict.fromkeys(SET_GATES)) if row.size else gates
             beside = first if first is not None and not row.size and first.device != row.device else None
             result.failures += [f"{f}{_on_first(f, beside)} on {where}"
                                 for f in check_gates(row_gates, row.accuracy, [], task).failures
                                 if not (f.startswith(NOT_INFORMATIVE) and f in result.failures)]  # said once
+    if accuracy is None and has_accuracy_gates(gates, task) and any(r.p50_ms is not None for r in latency):
+        result.failures.append("accuracy not computed: no device returned outputs to compare with the float "
+                               "model's (accuracy gates not checked)")
     result.passed = not result.failures
     return result
 

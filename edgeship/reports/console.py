@@ -115,6 +115,8 @@ def _p50(v: VariantResult, device: str) -> str:
 def _gates(v: VariantResult) -> str:
     if v.backend == "eager" and v.gates.passed:
         return "reference"
+    if v.gates.passed and not v.gates.checked:
+        return "[yellow]not measured[/yellow]"
     if v.gates.passed:
         return "[green]pass[/green]"
     return "[red]FAIL[/red] " + escape("; ".join(v.gates.failures)[:80])

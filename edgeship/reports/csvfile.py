@@ -81,7 +81,7 @@ def csv_row(report: Report, line: Line, device: str | None) -> dict[str, Any] | 
     acc = line.accuracy(device)
     row.update({k: getattr(acc, k) if acc and acc.informative else None for k in ACCURACY})
     row["accuracy_informative"] = acc.informative if acc else None
-    row["gates_passed"] = v.gates.passed
+    row["gates_passed"] = v.gates.passed if v.gates.checked else ""  # empty: not measured, nothing judged
     row["gate_failures"] = "; ".join(v.gates.failures)
     row["not_measured"] = _why(line, device, lat, acc)
     row.update(task=line.task, accuracy_output=acc.output if acc else None,

@@ -54,3 +54,30 @@ def test_faults_the_real_runner_stopped_at_its_deadline_fails_the_variant(tmp_pa
     reason = "runner did not finish within 0.01 s (latency.timeout_s) and was stopped"
     assert m.latency.p50_ms is None and m.latency.run_error == reason and m.latency.notes == [f"not measured: {reason}"]
     assert check_device_gates(Gates(), None, [m.latency]).failures == [f"did not run on host: {reason}"]
+
+
+def test_faults_a_device_that_gave_no_result_fails_the_variant_with_its_reason() -> None:
+    """A device lost after its retries, or kept busy by another build past the lock's timeout: no
+    figure, no runner error; the variant fails on that device instead of passing on nothing."""
+    from edgeship.results import Latency
+
+    busy = Latency(device="board", runtime="onnxruntime", warmup=2, iterations=10, notes=[
+        "not measured: device ssh-board stayed busy for 3600 s (held by pid 7 on lab, for 3700 s)"])
+    gates = check_device_gates(Gates(min_sqnr_db=20.0), None, [busy])
+    assert not gates.passed and gates.failures == [
+        "not measured on board: device ssh-board stayed busy for 3600 s (held by pid 7 on lab, for 3700 s)"]
+    bare = Latency(device="board", runtime="onnxruntime", warmup=2, iterations=10)
+    assert check_device_gates(Gates(), None, [bare]).failures == ["not measured on board: no result came back"]
+
+
+def test_faults_timings_without_outputs_never_pass_an_accuracy_gate() -> None:
+    """A device that timed the artifact but returned no outputs (a native benchmark binary): its
+    accuracy gates cannot be judged, so they fail; a profile with only a latency gate passes."""
+    from edgeship.results import Latency
+
+    timed = Latency(device="phone", runtime="executorch", warmup=2, iterations=10, p50_ms=1.5, mean_ms=1.6)
+    failed = check_device_gates(Gates(min_sqnr_db=20.0), None, [timed])
+    assert not failed.passed and failed.failures == [
+        "accuracy not computed: no device returned outputs to compare with the float model's (accuracy gates "
+        "not checked)"]
+    assert check_device_gates(Gates(max_p50_ms=5.0), None, [timed]).passed

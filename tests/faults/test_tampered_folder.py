@@ -1,0 +1,90 @@
+"""Nothing read back from a build folder is trusted: a path in ``.edgeship-build.json`` or
+results.json that leads out of the folder is refused (exit 2) before anything is deleted, and
+``edgeship bundle`` neither copies a file results.json names outside the folder nor one it gives
+no sha256 for. (Build folders are shared: NFS, CI caches, "build job, then sign job".)"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeship.cli import main
+from edgeship.pipeline.output import MANIFEST
+from tests.conftest import make_tiny_project, write_profile
+
+ORT = """
+[[variants]]
+name = "ort"
+backend = "onnx"
+"""
+BUNDLE = """
+[bundle]
+platforms = ["jetson"]
+"""
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> tuple[list[str], Path, Path]:
+    """A finished build of the tiny model with a jetson bundle: (the build's arguments, --out, a
+    file beside the folder that no build may touch)."""
+    project = make_tiny_project(tmp_path / "tiny")
+    profile = write_profile(tmp_path, ORT, extra=BUNDLE)
+    out = tmp_path / "out"
+    args = ["--target", str(profile), "--model", str(project / "model.toml"), "--out", str(out)]
+    assert main(["build", *args, "--db", f"sqlite:///{tmp_path / 'r.db'}"]) == 0
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    return args, out, victim
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*")
+            if p.is_file() and ".work" not in p.parts}
+
+
+def test_faults_a_manifest_path_out_of_the_folder_is_refused_and_nothing_is_deleted(built, tmp_path, capsys) -> None:
+    args, out, victim = built
+    doc = json.loads((out / MANIFEST).read_text())
+    doc["files"]["ort/../../victim.txt"] = "0" * 64
+    (out / MANIFEST).write_text(json.dumps(doc))
+    before = snapshot(out)
+    capsys.readouterr()
+    assert main(["build", *args, "--remeasure", "--db", f"sqlite:///{tmp_path / 'r.db'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out / MANIFEST}: names 'ort/../../victim.txt', outside {out}" in " ".join(err.split())
+    assert victim.read_text() == "the user's file\n" and snapshot(out) == before
+
+
+def test_faults_a_results_json_path_out_of_the_folder_is_refused(built, tmp_path, capsys) -> None:
+    args, out, victim = built
+    (out / MANIFEST).unlink()  # a folder from before manifests: results.json says which files are edgeship's
+    doc = json.loads((out / "results.json").read_text())
+    next(v for v in doc["variants"] if v["name"] == "ort")["file"] = "../victim.txt"
+    (out / "results.json").write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["build", *args, "--remeasure", "--db", f"sqlite:///{tmp_path / 'r.db'}"]) == 2
+    assert f"names '../victim.txt', outside {out}" in " ".join(capsys.readouterr().err.split())
+    assert victim.read_text() == "the user's file\n"
+
+
+@pytest.mark.parametrize(("file", "sha256", "said"), [
+    ("ABSOLUTE", None, "the artifact of ort is {file!r}, outside {out}; refused"),
+    ("../victim.txt", "SHA", "the artifact of ort is {file!r}, outside {out}; refused"),
+    ("ort/model.onnx", None, "no sha256 for ort's artifact, so {out}/ort/model.onnx cannot be checked"),
+])
+def test_faults_bundle_copies_only_checked_files_of_the_folder(built, capsys, file: str, sha256, said: str) -> None:
+    from edgeship.devices.hashing import sha256_file
+
+    args, out, victim = built
+    file = str(victim) if file == "ABSOLUTE" else file
+    doc = json.loads((out / "results.json").read_text())
+    row = next(v for v in doc["variants"] if v["name"] == "ort")
+    row["file"], row["sha256"] = file, sha256_file(victim) if sha256 == "SHA" else sha256
+    (out / "results.json").write_text(json.dumps(doc))
+    zips = {p: p.read_bytes() for p in out.glob("*.zip")}
+    capsys.readouterr()
+    assert main(["bundle", *args, "--platform", "jetson"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert said.format(file=file, out=out) in err and "Traceback" not in err, err
+    assert {p: p.read_bytes() for p in out.glob("*.zip")} == zips
