@@ -122,6 +122,7 @@ class Cache:
                 # Written last: an entry counts only once its key file (with its files' sha256) is there.
                 listing = {"key": key_parts, "files": file_hashes(tmp)}
                 (tmp / KEY_FILE).write_text(json.dumps(listing, sort_keys=True, indent=1, default=str))
+                sync_tree(tmp)  # on disk before the rename makes it an entry: a power cut leaves no half entry
             return CacheEntry(self._publish(tmp, dest), key, hit=False)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -145,6 +146,8 @@ class Cache:
         except OSError:
             if not (dest / KEY_FILE).is_file():
                 raise
+        with contextlib.suppress(OSError):  # the rename itself on disk
+            _fsync(dest.parent)
         return dest
 
     # The root: whose it is, what is in it, clearing and sweeping.
@@ -249,6 +252,20 @@ def entry_damage(entry: Path) -> str | None:
             return f"{name}: sha256 differs from the one stored with it"
     extra = sorted(set(present) - set(listed))
     return f"{extra[0]} was not part of it" if extra else None
+
+
+def sync_tree(folder: Path) -> None:
+    """fsync every file and folder under ``folder`` (and ``folder`` itself)."""
+    for path in [*sorted(p for p in folder.rglob("*") if not p.is_symlink()), folder]:
+        _fsync(path)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def file_hashes(folder: Path) -> dict[str, str]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,8 @@ BUNDLE_FORMAT = 1
 # The device runner and the companions it imports from its own folder (hashing, TensorRT builder).
 DEVICE_FILES = {f"runner/{name}": path for name, path in RUNNER_FILES.items()}
 POSTPROCESS = DEVICE_DIR / "postprocess.py"  # detection decoding for models deployed as raw head outputs
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # what profiles and specs allow for names
 
 
 @dataclass
@@ -72,6 +75,7 @@ def make_bundle(platform: Platform, inputs: BundleInputs, *, unpacked: bool = Fa
 
     A build stages only the zip: publishing a build moves top-level files and variant folders.
     """
+    refuse_unsafe_names(inputs.results, inputs.build_dir)
     sel = select_variants(platform, inputs.settings, inputs.profile, inputs.results)
     dest = inputs.build_dir / f"{inputs.results.model.name}-{platform.name}.zip"
     folder = dest.with_suffix("") if unpacked and platform.unpacked else None
@@ -153,6 +157,19 @@ def collect_artifacts(platform: Platform, inputs: BundleInputs,
                           "size_bytes": row.size_bytes,
                           "runtime": runtime_needs(row, variant, inputs.results.toolchain)})
     return entries, artifacts
+
+
+def refuse_unsafe_names(results: Results, build_dir: Path) -> None:
+    """BundleError for a model, variant or file name in results.json that edgeship would not have
+    written (they become file names, zip paths, and text in the bundle's code and shell lines)."""
+    names = [("the model name", results.model.name)] + [("a variant name", r.name) for r in results.variants]
+    names += [(f"{r.name}'s file", part) for r in results.variants if r.file for part in PurePosixPath(r.file).parts]
+    bad = [(what, value) for what, value in names if not SAFE_NAME.match(value)]
+    if bad:
+        what, value = bad[0]
+        raise BundleError(f"{build_dir / 'results.json'}: {what} is {value!r}, not a name edgeship writes (a letter "
+                          "or digit, then letters, digits, '.', '_', '-'); refused: it would go into file names, the "
+                          "bundle's code and its shell lines (results.json was changed)")
 
 
 def artifact_files(platform: Platform, build_dir: Path, row: VariantResult) -> tuple[str, dict[str, Path]]:

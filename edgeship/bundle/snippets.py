@@ -39,7 +39,7 @@ def snippet(platform: Platform, meta: dict[str, Any], spec: ModelSpec, sel: Sele
                "coreml_array": COREML_ARRAY[i.dtype]} for i in spec.inputs]
     artifacts = [_artifact(platform, a, spec) for a in meta["artifacts"]]
     backends = {a["backend"]: True for a in artifacts}
-    text = _env().get_template(str(platform.snippet)).render(model=meta["model"], inputs=inputs,
+    text = _env(source_escape(name)).get_template(str(platform.snippet)).render(model=meta["model"], inputs=inputs,
                                                              artifacts=artifacts, backends=backends,
                                                              decoder=_host_decoder(spec))
     return name, text
@@ -90,9 +90,43 @@ def _summary(row: Any, path: str) -> dict[str, str]:
             "top1": top1, "sqnr": sqnr, "p50": p50 or "not measured", "gates": gates}
 
 
-def _env() -> Any:
+def _env(finalize: Any = None) -> Any:
     import jinja2
 
     return jinja2.Environment(loader=jinja2.PackageLoader("edgeship.bundle", "templates"), trim_blocks=True,
                               lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
-                              autoescape=False)
+                              autoescape=False, finalize=finalize)
+
+
+def source_escape(file_name: str) -> Any:
+    """What every value rendered into a snippet goes through, for the snippet's language: safe in a
+    string literal and in a comment alike (values come from results.json and from the model: its
+    Core ML feature names, toolchain strings, asset paths)."""
+    return kotlin_text if file_name.endswith(".kt") else swift_text
+
+
+def _source_text(value: Any, dollar: bool, unicode: Any) -> Any:
+    if not isinstance(value, str):
+        return value  # numbers, shapes, lists of them: their text has nothing to escape
+    text = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
+    # A comment delimiter as a unicode escape: the same character in a string literal, inert text in a
+    # comment (both languages nest block comments, so "/*" would open one as "*/" closes one).
+    text = text.replace("*/", unicode("*") + "/").replace("/*", "/" + unicode("*"))
+    text = "".join(c if c.isprintable() else unicode(c) for c in text)
+    return text.replace("$", "\\$") if dollar else text
+
+
+def kotlin_text(value: Any) -> Any:
+    """Kotlin: backslash, quote, newline, ``$`` (string templates), comment delimiters escaped."""
+    return _source_text(value, True, lambda c: "".join(f"\\u{u:04x}" for u in _utf16(c)))
+
+
+def swift_text(value: Any) -> Any:
+    """Swift: backslash (so no ``\\(`` interpolation), quote, newline, comment delimiters escaped."""
+    return _source_text(value, False, lambda c: f"\\u{{{ord(c):x}}}")
+
+
+def _utf16(c: str) -> list[int]:
+    """The UTF-16 code units of one character (Kotlin's \\u escapes name code units)."""
+    data = c.encode("utf-16-be")
+    return [int.from_bytes(data[i:i + 2], "big") for i in range(0, len(data), 2)]

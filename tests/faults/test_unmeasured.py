@@ -81,3 +81,47 @@ def test_faults_timings_without_outputs_never_pass_an_accuracy_gate() -> None:
         "accuracy not computed: no device returned outputs to compare with the float model's (accuracy gates "
         "not checked)"]
     assert check_device_gates(Gates(max_p50_ms=5.0), None, [timed]).passed
+
+
+def test_faults_a_runner_killed_mid_build_fails_its_variant_and_the_others_are_measured(tmp_path) -> None:
+    """A real build; its ONNX Runtime runner (a real process) is killed with SIGKILL from outside, as
+    the OOM killer would: that variant fails with the reason in words, the OpenVINO one is still
+    measured and passes, and the build exits 3 with results.json written."""
+    import json
+    import os
+    import time
+
+    import psutil
+
+    from tests.conftest import REPO, make_tiny_project, write_profile
+
+    project = make_tiny_project(tmp_path / "tiny")
+    profile = write_profile(tmp_path, '[[variants]]\nname = "ort"\nbackend = "onnx"\n\n'
+                                      '[[variants]]\nname = "ov"\nbackend = "openvino"\n')
+    profile.write_text(profile.read_text().replace("iterations = 10", "iterations = 20000"))
+    out = tmp_path / "out"
+    env = {**os.environ, "EDGESHIP_CACHE_DIR": str(tmp_path / "cache")}
+    build = subprocess.Popen([sys.executable, "-m", "edgeship", "build", "--target", str(profile), "--model",
+                              str(project / "model.toml"), "--out", str(out), "--db", f"sqlite:///{tmp_path / 'r.db'}"],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    job = str(out / ".work" / "ort" / "host" / "job.json")
+    killed, deadline = None, time.monotonic() + 300
+    while killed is None and build.poll() is None and time.monotonic() < deadline:
+        for child in psutil.Process(build.pid).children(recursive=True):
+            try:
+                if job in child.cmdline():
+                    child.kill()
+                    killed = child.pid
+            except psutil.Error:
+                continue
+        time.sleep(0.02)
+    _, err = build.communicate(timeout=600)
+    assert killed is not None, "the ort runner was never seen"
+    assert build.returncode == 3 and "Traceback" not in err, err[-3000:]
+    rows = {r["name"]: r for r in json.loads((out / "results.json").read_text())["variants"]}
+    ort, ov = rows["ort"], rows["ov"]
+    assert not ort["gates"]["passed"] and ort["latency"][0]["p50_ms"] is None
+    assert ort["gates"]["failures"][0].startswith(
+        "did not run on host: runner killed by signal 9 (SIGKILL; out of memory?) without a result")
+    assert ov["gates"]["passed"] and ov["latency"][0]["p50_ms"] > 0 and rows["eager"]["latency"][0]["p50_ms"] > 0
+    assert "1 variant(s) failed validation: ort" in " ".join(err.split())
