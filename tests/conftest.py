@@ -59,6 +59,21 @@ def write_profile(folder: Path, variants: str, name: str = "testhost", extra: st
     return path
 
 
+def add_other_weights(project: Path) -> Path:
+    """Beside a tiny project's model.toml, model_b.toml: the same model with other weights
+    (tiny_b.pt, the head's bias moved by 1): a build that differs from the one already in a folder."""
+    import torch
+
+    from tests.models.tinynet import build
+
+    model = build()
+    with torch.no_grad():
+        model.head.bias.add_(1.0)
+    torch.save(model.state_dict(), project / "tiny_b.pt")
+    (project / "model_b.toml").write_text((project / "model.toml").read_text().replace("tiny.pt", "tiny_b.pt"))
+    return project / "model_b.toml"
+
+
 def make_tiny_project(folder: Path) -> Path:
     """tests/models/tinynet.py copied into ``folder`` beside a model.toml, a state_dict and .npz data."""
     import torch

@@ -12,12 +12,7 @@ import psutil
 
 from tests.conftest import write_profile
 from tests.faults.test_interrupts import interrupt_at
-
-ORT = """
-[[variants]]
-name = "ort"
-backend = "onnx"
-"""
+from tests.pipeline.test_faults import ORT
 
 
 def test_faults_ctrl_c_stops_the_remote_runner_and_removes_its_job_folder(sshd, tiny_project, tmp_path,

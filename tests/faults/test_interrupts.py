@@ -19,12 +19,8 @@ import pytest
 
 from edgeship.pipeline.output import LOCK, WORK
 from tests.conftest import REPO, make_tiny_project, write_profile
+from tests.pipeline.test_faults import ORT
 
-SLOW_ORT = """
-[[variants]]
-name = "ort"
-backend = "onnx"
-"""
 # stage: (the progress text after which the signal is sent, seconds to wait after it, the stage's name)
 STAGES = {"reference": ("✓ plan", 1.0, "✗ evaluation data + float reference"),
           "lowering": ("✓ evaluation data + float reference", 0.5, "✗ lower ort"),
@@ -37,7 +33,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path
     20,000 runs, so a measurement lasts seconds."""
     root = tmp_path_factory.mktemp("interrupts")
     model = make_tiny_project(root / "tiny") / "model.toml"
-    profile = write_profile(root, SLOW_ORT)
+    profile = write_profile(root, ORT)
     out = root / "out"
     done = subprocess.run(command(model, profile, out), cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "EDGESHIP_CACHE_DIR": str(root / "cache")})

@@ -15,13 +15,9 @@ import pytest
 
 from edgeship.devices.hashing import sha256_path
 from edgeship.pipeline.output import LOCK, MANIFEST, WORK
-from tests.conftest import REPO, make_tiny_project, write_profile
+from tests.conftest import REPO, add_other_weights, make_tiny_project, write_profile
+from tests.pipeline.test_faults import ORT
 
-ORT = """
-[[variants]]
-name = "ort"
-backend = "onnx"
-"""
 HOLD = """
 import sys, time
 from pathlib import Path
@@ -37,16 +33,8 @@ with FileLock(Path(sys.argv[1]), remove=True):
 def project(tmp_path: Path) -> tuple[Path, Path]:
     """The tiny model and a one-variant ONNX profile: (model.toml, profile); beside model.toml,
     model_b.toml: the same model with other weights (tiny_b.pt)."""
-    import torch
-
-    from tests.models.tinynet import build as tiny
-
     folder = make_tiny_project(tmp_path / "tiny")
-    other = tiny()
-    with torch.no_grad():
-        other.head.bias.add_(1.0)
-    torch.save(other.state_dict(), folder / "tiny_b.pt")
-    (folder / "model_b.toml").write_text((folder / "model.toml").read_text().replace("tiny.pt", "tiny_b.pt"))
+    add_other_weights(folder)
     return folder / "model.toml", write_profile(tmp_path, ORT)
 
 

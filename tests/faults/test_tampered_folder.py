@@ -12,16 +12,7 @@ import pytest
 from edgeship.cli import main
 from edgeship.pipeline.output import MANIFEST
 from tests.conftest import make_tiny_project, write_profile
-
-ORT = """
-[[variants]]
-name = "ort"
-backend = "onnx"
-"""
-BUNDLE = """
-[bundle]
-platforms = ["jetson"]
-"""
+from tests.pipeline.test_faults import BUNDLE, ORT
 
 
 @pytest.fixture

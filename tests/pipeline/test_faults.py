@@ -31,7 +31,7 @@ from edgeship.devices.hashing import sha256_file, sha256_path
 from edgeship.pipeline import run
 from edgeship.pipeline.output import INCOMPLETE, MANIFEST, UNRECORDED
 from edgeship.store import ResultsStore
-from tests.conftest import REPO, make_tiny_project, write_profile
+from tests.conftest import REPO, add_other_weights, make_tiny_project, write_profile
 
 ORT = """
 [[variants]]
@@ -80,17 +80,9 @@ def folder_state(out: Path) -> str:
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     """A finished build of weights A (``base.out``), and everything needed to build weights B over it."""
-    import torch
-
-    from tests.models.tinynet import build
-
     root = tmp_path_factory.mktemp("faults")
     project = make_tiny_project(root / "tiny")
-    model = build()
-    with torch.no_grad():
-        model.head.bias.add_(1.0)
-    torch.save(model.state_dict(), project / "tiny_b.pt")
-    (project / "model_b.toml").write_text((project / "model.toml").read_text().replace("tiny.pt", "tiny_b.pt"))
+    add_other_weights(project)
     ns = SimpleNamespace(root=root, project=project, profile=write_profile(root, ORT, extra=BUNDLE), out=root / "base",
                          db=f"sqlite:///{root / 'results.db'}?timeout=0.2")
     assert main(ns_args(ns, ns.out, "model.toml")) == 0
