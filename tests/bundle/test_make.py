@@ -146,7 +146,10 @@ def test_artifact_files_copy_a_package_folder_file_by_file(tmp_path: Path) -> No
     (package / "Manifest.json").write_text("{}")
     (package / "Data" / "com.apple.CoreML" / "model.mlmodel").write_bytes(b"spec")
     (tmp_path / "coreml-fp16" / "lowering.log").write_text("not shipped")
-    row = VariantResult(name="coreml-fp16", backend="coreml", precision="fp16", file="coreml-fp16/model.mlpackage")
+    from edgeship.devices.hashing import sha256_path
+
+    row = VariantResult(name="coreml-fp16", backend="coreml", precision="fp16", file="coreml-fp16/model.mlpackage",
+                        sha256=sha256_path(package))
     main_path, files = artifact_files(PLATFORMS["ios"], tmp_path, row)
     assert main_path == "Models/coreml-fp16.mlpackage"
     assert sorted(files) == ["Models/coreml-fp16.mlpackage/Data/com.apple.CoreML/model.mlmodel",

@@ -38,7 +38,7 @@ def test_faults_ctrl_c_stops_the_remote_runner_and_removes_its_job_folder(sshd, 
                 continue
         return found
 
-    def timing_on_the_device() -> None:
+    def timing_on_the_device(build: object) -> None:
         deadline = time.monotonic() + 60
         while not runners:
             assert time.monotonic() < deadline, "no runner started on the device"

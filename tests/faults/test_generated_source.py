@@ -68,20 +68,20 @@ def test_faults_a_toolchain_string_that_would_close_the_comment_stays_inside_it(
     code = re.sub(r"/\*.*?\*/", "", kotlin, flags=re.S)  # the code outside block comments (none nest here)
     code = re.sub(r"//[^\n]*", "", code)
     assert "evil" not in code and "$(id)" not in code
-    assert "executorch 1.5.1 \\u002A/ fun evil() {} /\\u002A x" in kotlin
+    assert "executorch 1.5.1 \\u002a/ fun evil() {} /\\u002a x" in kotlin
 
 
-def test_faults_a_model_name_edgeship_would_not_write_is_refused_by_bundle(two_device_build: Path,
-                                                                          tmp_path: Path, capsys) -> None:
+def test_faults_a_file_name_edgeship_would_not_write_is_refused_by_bundle(two_device_build: Path,
+                                                                         tmp_path: Path, capsys) -> None:
     out = tmp_path / "out"
     shutil.copytree(two_device_build, out)
     doc = json.loads((out / "results.json").read_text())
-    doc["model"]["name"] = "../../tiny$(id)"
+    next(v for v in doc["variants"] if v["name"] == "onnx-fp32")["file"] = "onnx-fp32/model$(id).onnx"
     (out / "results.json").write_text(json.dumps(doc))
     root = two_device_build.parent
     capsys.readouterr()
     assert main(["bundle", "--target", str(root / "twodev.toml"), "--model", str(root / "tiny" / "model.toml"),
                  "--out", str(out), "--platform", "android"]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "the model name is '../../tiny$(id)', not a name edgeship writes" in err
+    assert "onnx-fp32's file is 'model$(id).onnx', not a name edgeship writes" in err
     assert not list(tmp_path.glob("*.zip")) and not list(tmp_path.parent.glob("*.zip"))

@@ -5,6 +5,7 @@ no sha256 for. (Build folders are shared: NFS, CI caches, "build job, then sign 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -60,15 +61,22 @@ def test_faults_a_results_json_path_out_of_the_folder_is_refused(built, tmp_path
 
 
 @pytest.mark.parametrize(("file", "sha256", "said"), [
-    ("ABSOLUTE", None, "the artifact of ort is {file!r}, outside {out}; refused"),
-    ("../victim.txt", "SHA", "the artifact of ort is {file!r}, outside {out}; refused"),
+    ("ABSOLUTE", None, "ort's file is '/', not a name edgeship writes"),
+    ("../victim.txt", "SHA", "ort's file is '..', not a name edgeship writes"),
     ("ort/model.onnx", None, "no sha256 for ort's artifact, so {out}/ort/model.onnx cannot be checked"),
+    ("SYMLINK", "SHA", "the artifact of ort is 'ort/model.onnx', outside {out}; refused"),
 ])
 def test_faults_bundle_copies_only_checked_files_of_the_folder(built, capsys, file: str, sha256, said: str) -> None:
     from edgeship.devices.hashing import sha256_file
 
     args, out, victim = built
-    file = str(victim) if file == "ABSOLUTE" else file
+    if file == "SYMLINK":  # the variant folder a link to a folder elsewhere, holding the "artifact"
+        elsewhere = victim.parent / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / "model.onnx").write_bytes(victim.read_bytes())
+        shutil.rmtree(out / "ort")
+        (out / "ort").symlink_to(elsewhere)
+    file = str(victim) if file == "ABSOLUTE" else "ort/model.onnx" if file == "SYMLINK" else file
     doc = json.loads((out / "results.json").read_text())
     row = next(v for v in doc["variants"] if v["name"] == "ort")
     row["file"], row["sha256"] = file, sha256_file(victim) if sha256 == "SHA" else sha256

@@ -125,3 +125,34 @@ def test_faults_a_runner_killed_mid_build_fails_its_variant_and_the_others_are_m
         "did not run on host: runner killed by signal 9 (SIGKILL; out of memory?) without a result")
     assert ov["gates"]["passed"] and ov["latency"][0]["p50_ms"] > 0 and rows["eager"]["latency"][0]["p50_ms"] > 0
     assert "1 variant(s) failed validation: ort" in " ".join(err.split())
+
+
+def test_faults_a_variant_no_device_here_can_run_reads_not_measured_and_the_build_passes(tmp_path, capsys) -> None:
+    """A Core ML variant (built and checked here; its prediction needs macOS) beside an ONNX one: the
+    build exits 0, and the Core ML row's gate column reads "not measured" in the console table,
+    report.md and results.csv (``gates.checked`` false in results.json), never "pass"."""
+    import csv
+    import json
+
+    from edgeship.cli import main
+    from tests.conftest import make_tiny_project, write_profile
+
+    project = make_tiny_project(tmp_path / "tiny")
+    profile = write_profile(tmp_path, '[[variants]]\nname = "ort"\nbackend = "onnx"\n\n'
+                                      '[[variants]]\nname = "coreml"\nbackend = "coreml"\nprecision = "fp32"\n')
+    out = tmp_path / "out"
+    capsys.readouterr()
+    code = main(["build", "--target", str(profile), "--model", str(project / "model.toml"), "--out", str(out),
+                 "--db", f"sqlite:///{tmp_path / 'r.db'}"])
+    table = capsys.readouterr().out
+    assert code == 0
+    rows = {r["name"]: r for r in json.loads((out / "results.json").read_text())["variants"]}
+    assert rows["coreml"]["gates"] == {"passed": True, "failures": [], "checked": False}
+    assert not rows["coreml"]["latency"]
+    assert rows["ort"]["gates"]["checked"] and rows["ort"]["gates"]["passed"]
+    line = next(ln for ln in table.splitlines() if "coreml" in ln and "fp32" in ln)
+    assert line.rstrip(" │").endswith("not measured") and "pass" not in line
+    md = next(ln for ln in (out / "report.md").read_text().splitlines() if ln.startswith("| coreml |"))
+    assert [c.strip() for c in md.split("|")][-3] == "not measured"  # the gates column, then "built in"
+    with open(out / "results.csv", newline="") as f:
+        assert {r["variant"]: r["gates_passed"] for r in csv.DictReader(f)}["coreml"] == ""

@@ -102,25 +102,3 @@ def test_non_finite_outputs_and_a_failed_reference_row_are_shown_as_such() -> No
     assert formatting.gates(line(report, "eager")).text == ("FAIL: the float model's outputs contain 5 non-finite "
                                                             "values (NaN or inf)")
 
-
-def test_a_variant_no_device_of_the_build_can_run_reads_not_measured_never_pass(report: Report, tmp_path) -> None:
-    """The two-device build's tensorrt-fp16 (no NVIDIA GPU here): built and checked, gates not judged:
-    "not measured" in the report, the console and results.csv, and the build does not fail for it."""
-    from rich.console import Console
-
-    from edgeship.reports import write_reports
-    from edgeship.reports.console import print_results
-
-    trt = line(report, "tensorrt-fp16").variant
-    assert trt.gates.passed and not trt.gates.checked and not trt.latency
-    assert formatting.gates(line(report, "tensorrt-fp16")).text == "not measured"
-    assert formatting.gates(line(report, "onnx-fp32")).text == "pass"
-    write_reports(report, tmp_path)
-    md = next(ln for ln in (tmp_path / "report.md").read_text().splitlines() if ln.startswith("| tensorrt-fp16 |"))
-    assert [c.strip() for c in md.split("|")][-3] == "not measured" and "pass" not in md  # then: built in
-    with open(tmp_path / "results.csv", newline="") as f:
-        assert {r["gates_passed"] for r in csv.DictReader(f) if r["variant"] == "tensorrt-fp16"} == {""}
-    console = Console(record=True, width=300)
-    print_results(report.builds[0].results, console)
-    shown = next(ln for ln in console.export_text().splitlines() if "tensorrt-fp16" in ln)
-    assert shown.rstrip(" │").endswith("not measured") and "pass" not in shown
