@@ -1,6 +1,7 @@
 """The Python API: anything the command line does, ``import edgeship`` does too."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -127,8 +128,12 @@ def bundle(target: str, model: str | None = None, *, input_shape: str | None = N
     """
     from edgeship.bundle import make_bundles
     from edgeship.bundle.request import bundle_inputs
+    from edgeship.pipeline.output import BuildFolder
 
-    return make_bundles(bundle_inputs(target, model, input_shape, out, platforms, variants))
+    inputs = bundle_inputs(target, model, input_shape, out, platforms, variants)
+    # Bundles are written into the build's folder: never while a build is changing it.
+    with BuildFolder(inputs.build_dir).held(True, lambda line: print(line, file=sys.stderr), [], clean=False):
+        return make_bundles(inputs)
 
 
 def verify_bundle(path: str | Path, *, public_key: str | Path | None = None,

@@ -112,11 +112,11 @@ class BuildFolder:
     # One build at a time.
 
     @contextlib.contextmanager
-    def held(self, wait: bool, say: Callable[[str], None], made: list[Path]) -> Iterator[None]:
+    def held(self, wait: bool, say: Callable[[str], None], made: list[Path], clean: bool = True) -> Iterator[None]:
         """The folder for this build alone until the block ends: waits while another build holds it
         (``say`` tells whose), or raises OutputError when ``wait`` is False. When the block raises,
-        this build's ``.work`` goes, and the folders it ``made`` (innermost first) go when nothing
-        else is in them."""
+        this build's ``.work`` goes (``clean``: a build's; ``edgeship bundle`` has none), and the
+        folders it ``made`` (innermost first) go when nothing else is in them."""
 
         def waiting(info: dict[str, Any]) -> None:
             say(f"waiting for the build {describe(info)} that is using {self.root} (--no-wait: stop instead)")
@@ -130,7 +130,8 @@ class BuildFolder:
         try:
             yield
         except BaseException:
-            remove_path(self.root / WORK)
+            if clean:
+                remove_path(self.root / WORK)
             raise
         finally:
             lock.__exit__()

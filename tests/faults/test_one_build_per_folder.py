@@ -134,3 +134,26 @@ def test_faults_a_failed_build_over_a_finished_one_leaves_it_as_it_was(project, 
     assert code == 2 and "broken model" in err, err[-2000:]
     assert not (out / WORK).exists() and not (out / LOCK).exists()
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_faults_bundle_waits_while_a_build_holds_the_folder(project, tmp_path) -> None:
+    """``edgeship bundle`` writes into the build's folder, so it waits for a build using it too."""
+    model, profile = project
+    out = tmp_path / "out"
+    code, err = finish(build(model, profile, out))
+    assert code == 0, err[-2000:]
+    held, release = tmp_path / "held", tmp_path / "release"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out / LOCK), str(held), str(release)], cwd=REPO)
+    try:
+        wait_for(held, holder)
+        bundle = subprocess.Popen([sys.executable, "-m", "edgeship", "bundle", "--target", str(profile), "--model",
+                                   str(model), "--out", str(out), "--platform", "jetson"], cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(8)  # edgeship's start (a few seconds here), then the wait
+        assert bundle.poll() is None and not list(out.glob("*.zip"))  # still waiting, nothing written
+    finally:
+        release.touch()
+        holder.wait(30)
+    code, err = finish(bundle)
+    assert code == 0 and f"waiting for the build pid {holder.pid} on " in err, err[-2000:]
+    assert (out / "tiny-jetson.zip").is_file() and not (out / LOCK).exists()
