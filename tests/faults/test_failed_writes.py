@@ -14,7 +14,7 @@ from pathlib import Path
 from edgeship.cache import entry_damage
 from edgeship.pipeline.output import LOCK, WORK
 from tests.conftest import REPO
-from tests.faults.test_one_build_per_folder import finish, project, whole  # noqa: F401 - project: a fixture
+from tests.faults.test_one_build_per_folder import files, finish, project, whole  # noqa: F401 - project: a fixture
 
 
 def build_limited(model: Path, profile: Path, out: Path, limit: int | None) -> subprocess.Popen:
@@ -28,9 +28,6 @@ def build_limited(model: Path, profile: Path, out: Path, limit: int | None) -> s
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             preexec_fn=cap)
 
-
-def files(out: Path) -> dict[Path, bytes]:
-    return {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and WORK not in p.relative_to(out).parts}
 
 
 def test_faults_a_file_size_limit_exits_1_with_one_line_and_loses_nothing(project, tmp_path) -> None:  # noqa: F811

@@ -3,7 +3,8 @@ exits 130 or 143 with "interrupted; the previous build in OUT is untouched", lea
 started stopped, removes its ``.work`` and lock, and the finished build in the folder is as it was.
 The signal comes from outside, when the build's progress shows it in the stage (its stage cache is
 cold and the measurement long, so each stage lasts seconds); the seconds from signal to exit are
-printed (the issue's figure is 2 s; the assertion allows a loaded machine more)."""
+printed (the issue's figure is 2 s; the assertion only separates stopping from running on: a loaded
+machine may take longer than 2 s)."""
 from __future__ import annotations
 
 import os
@@ -19,6 +20,7 @@ import pytest
 
 from edgeship.pipeline.output import LOCK, WORK
 from tests.conftest import REPO, make_tiny_project, write_profile
+from tests.faults.test_one_build_per_folder import files
 from tests.pipeline.test_faults import ORT
 
 # stage: (the progress text after which the signal is sent, seconds to wait after it, the stage's name)
@@ -29,8 +31,8 @@ STAGES = {"reference": ("✓ plan", 1.0, "✗ evaluation data + float reference"
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """A finished build of the tiny model (model.toml, profile, the build folder); the profile times
-    20,000 runs, so a measurement lasts seconds."""
+    """A finished build of the tiny model (model.toml, profile, the build folder); the profile then
+    times 200,000 runs: the eager model's measurement alone would last over a minute."""
     root = tmp_path_factory.mktemp("interrupts")
     model = make_tiny_project(root / "tiny") / "model.toml"
     profile = write_profile(root, ORT)
@@ -38,7 +40,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path
     done = subprocess.run(command(model, profile, out), cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "EDGESHIP_CACHE_DIR": str(root / "cache")})
     assert done.returncode == 0, done.stderr[-2000:]
-    profile.write_text(profile.read_text().replace("iterations = 10", "iterations = 20000"))
+    profile.write_text(profile.read_text().replace("iterations = 10", "iterations = 200000"))
     return model, profile, out
 
 
@@ -46,9 +48,6 @@ def command(model: Path, profile: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "edgeship", "build", "--target", str(profile), "--model", str(model), "--out",
             str(out), "--db", f"sqlite:///{profile.parent / 'r.db'}"]
 
-
-def files(out: Path) -> dict[Path, bytes]:
-    return {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and WORK not in p.relative_to(out).parts}
 
 
 Children = list[tuple[psutil.Process, str]]
@@ -111,7 +110,9 @@ def test_faults_a_signal_stops_the_build_in_its_stage_and_the_folder_is_untouche
           f"{len(children)} child process(es) then")
     assert code == 128 + signum, err[-2000:]
     assert STAGES[stage][2] in err and f"edgeship: interrupted; the previous build in {out} is untouched" in err
-    assert "Traceback" not in err and seconds < 10, (seconds, err[-2000:])
+    # stopped, not finished: the uninterrupted measurement takes over a minute (before this fix: exit
+    # after the measurement ran to its end)
+    assert "Traceback" not in err and seconds < 30, (seconds, err[-2000:])
     if stage == "measuring":  # a runner was timing when the signal came
         assert any("job.json" in line for _, line in children), children
     left = [line for c, line in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]

@@ -13,6 +13,7 @@ import pytest
 from edgeship.cli import main
 from edgeship.pipeline.output import MANIFEST
 from tests.conftest import make_tiny_project, write_profile
+from tests.faults.test_one_build_per_folder import files
 from tests.pipeline.test_faults import BUNDLE, ORT
 
 
@@ -30,22 +31,17 @@ def built(tmp_path: Path) -> tuple[list[str], Path, Path]:
     return args, out, victim
 
 
-def snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*")
-            if p.is_file() and ".work" not in p.parts}
-
-
 def test_faults_a_manifest_path_out_of_the_folder_is_refused_and_nothing_is_deleted(built, tmp_path, capsys) -> None:
     args, out, victim = built
     doc = json.loads((out / MANIFEST).read_text())
     doc["files"]["ort/../../victim.txt"] = "0" * 64
     (out / MANIFEST).write_text(json.dumps(doc))
-    before = snapshot(out)
+    before = files(out)
     capsys.readouterr()
     assert main(["build", *args, "--remeasure", "--db", f"sqlite:///{tmp_path / 'r.db'}"]) == 2
     err = capsys.readouterr().err
     assert f"{out / MANIFEST}: names 'ort/../../victim.txt', outside {out}" in " ".join(err.split())
-    assert victim.read_text() == "the user's file\n" and snapshot(out) == before
+    assert victim.read_text() == "the user's file\n" and files(out) == before
 
 
 def test_faults_a_results_json_path_out_of_the_folder_is_refused(built, tmp_path, capsys) -> None:
