@@ -9,7 +9,6 @@ for every runtime the runner knows, its version or why it does not import.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import platform
@@ -28,20 +27,21 @@ def runtimes():
         return {"(runner.py)": "not importable: %s: %s" % (type(e).__name__, e)}
     out = {}
     for name, cls in sorted(runner.RUNNERS.items()):
-        out[name] = _import(list(cls.imports))
+        out[name] = _import(cls)
     return out
 
 
-def _import(modules):
-    """The version of the runtime's own package (the last module listed), after importing all."""
-    if not modules:
+def _import(cls):
+    """The version of the runtime's own package (the last module of ``imports``), after importing the
+    runtime as the runner does before a job (``import_runtime``)."""
+    if not cls.imports:
         return "not checked: runner.py lists no imports for it"
-    for module in modules:
-        try:
-            mod = importlib.import_module(module)
-        except Exception as e:
-            return "not importable: %s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0])
-    top = modules[-1].split(".")[0]
+    try:
+        cls.import_runtime()
+    except Exception as e:
+        return "not importable: %s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0])
+    mod = sys.modules.get(cls.imports[-1])
+    top = cls.imports[-1].split(".")[0]
     try:
         from importlib.metadata import version
         return version(top)

@@ -59,8 +59,8 @@ class Runner:
     """How one runtime runs an artifact: ``load()`` it, ``infer()`` a batch, ``close()``.
 
     A subclass names its ``runtime`` id, which registers it in RUNNERS, and the modules to
-    ``imports`` before the load timer starts, so load_ms is the artifact's load, not the runtime's
-    import. ``load()`` sets ``version`` (the runtime as the report shows it) and may add ``notes``.
+    ``imports`` (``import_runtime()`` imports them) before the load timer starts, so load_ms is the
+    artifact's load, not the runtime's import. ``load()`` sets ``version`` (the runtime as the report shows it) and may add ``notes``.
     Runners do not time themselves: ``run()`` times every runtime the same way.
     """
 
@@ -90,6 +90,12 @@ class Runner:
     def close(self):
         """Release what load() holds; default: nothing beyond what the process exit frees."""
 
+    @classmethod
+    def import_runtime(cls):
+        """Import the runtime (``imports``), before the load timer starts."""
+        for module in cls.imports:
+            importlib.import_module(module)
+
     def threads_in_use(self):
         """The threads the runtime runs with when the job does not say."""
         return os.cpu_count()
@@ -109,8 +115,7 @@ def runner_class(runtime):
 
 def start(cls, path, options, threads):
     """A loaded ``cls`` runner and its load time in ms (the runtime's imports done first, untimed)."""
-    for module in cls.imports:
-        importlib.import_module(module)
+    cls.import_runtime()
     runner = cls(path, options, threads)
     t0 = time.perf_counter_ns()
     runner.load()
@@ -297,25 +302,54 @@ def check_package_cpu(metadata, facts):
             % (metadata.get("edgeship.isa", "?"), len(needed))]
 
 
+# ExecuTorch's C++ runtime as a Python extension module: ``_C`` since ExecuTorch 1.2, ``_portable_lib`` before.
+EXECUTORCH_BINDINGS = ("executorch.extension.pybindings._C", "executorch.extension.pybindings._portable_lib")
+
+
+def executorch_binding():
+    """ExecuTorch's runtime binding, without the compiler. The public wrappers (``executorch.runtime``,
+    ``pybindings.portable_lib``) first import ``executorch.exir``, the whole compiler with
+    torch._inductor, for one warning class: measured here, 6 s for torch and the binding against 25 s
+    through the wrapper, and 41 s more under qemu-aarch64. The binding needs only libtorch loaded, which
+    ``import torch`` does (as the wrapper does). The wrapper stays the fallback for an ExecuTorch that
+    names its binding otherwise."""
+    import torch  # noqa: F401 - loads libtorch, which the binding links against
+
+    for name in EXECUTORCH_BINDINGS:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+    return importlib.import_module("executorch.extension.pybindings.portable_lib")
+
+
 class ExecuTorchRunner(Runner):
-    """A ``.pte`` in the ExecuTorch runtime; ``threads`` sizes the XNNPACK threadpool."""
+    """A ``.pte`` in the ExecuTorch runtime; ``threads`` sizes the XNNPACK threadpool. Loaded as
+    ``executorch.runtime.Runtime.load_program`` loads it (the same call, the same verification), through
+    the binding alone."""
 
     runtime = "executorch"
-    imports = ("torch", "executorch.runtime")
+    imports = ("torch", "executorch")
+
+    @classmethod
+    def import_runtime(cls):
+        super().import_runtime()
+        executorch_binding()
 
     def load(self):
         import torch
-        from executorch.runtime import Runtime
 
+        binding = executorch_binding()
         if self.threads:
-            from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-            _unsafe_reset_threadpool(int(self.threads))
+            binding._unsafe_reset_threadpool(int(self.threads))
         self._torch = torch
-        self._method = Runtime.get().load_program(self.path).load_method("forward")
+        program = binding._load_program(self.path, enable_etdump=False, debug_buffer_size=0,
+                                        program_verification=binding.Verification.InternalConsistency)
+        self._method = program.load_method("forward")
         self.version = "executorch " + _version("executorch")
 
     def infer(self, arrays):
-        return _to_numpy_list(self._method.execute([self._torch.from_numpy(a) for a in arrays]))
+        return _to_numpy_list(self._method([self._torch.from_numpy(a) for a in arrays]))
 
 
 ORT_LEVELS = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
