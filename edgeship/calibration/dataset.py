@@ -62,6 +62,18 @@ class Dataset:
         return out
 
 
+def check_counts(data: Dataset) -> Dataset:
+    """``data``, after checking that every array holds the same number of samples, and some."""
+    counts = {len(v) for v in data.inputs.values()}
+    if len(counts) != 1 or (data.labels is not None and len(data.labels) not in counts):
+        raise DataError(f"{data.source}: arrays hold different sample counts: "
+                        + ", ".join(f"{k} {len(v)}" for k, v in data.inputs.items())
+                        + ("" if data.labels is None else f", y {len(data.labels)}"))
+    if counts == {0}:
+        raise DataError(f"{data.source}: holds no samples")
+    return data
+
+
 def refuse_non_finite(array: np.ndarray, what: str, after: str = "") -> None:
     """DataError naming ``what`` (file and key) and the count when ``array`` holds NaN or inf:
     NaN inputs make every accuracy figure NaN, and inf breaks int8 calibration ranges."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from edgeship.calibration.callables import read_callable
-from edgeship.calibration.dataset import Dataset, refuse_non_finite
+from edgeship.calibration.dataset import Dataset, check_counts, refuse_non_finite
 from edgeship.calibration.images import read_image_folder
 from edgeship.calibration.npz import read_npz
 from edgeship.config import ENTRY_PATTERN
@@ -31,7 +31,7 @@ def load_dataset(source: str | Path, spec: ModelSpec, role: str, limit: int | No
     most that many samples (seeded, as ``Dataset.take``), before decoding where it can.
     """
     text = str(source)
-    if re.match(ENTRY_PATTERN, text) and not Path(text).exists():
+    if is_callable(text):
         return check_fits(read_callable(text, spec, limit), spec)
     path = Path(source)
     if path.is_dir():
@@ -39,7 +39,12 @@ def load_dataset(source: str | Path, spec: ModelSpec, role: str, limit: int | No
     if path.suffix != ".npz":
         raise DataError(f"{path}: {role} data must be an .npz file (x, optional y), an image folder, "
                         "or module:callable")
-    return check_fits(read_npz(path, spec), spec).take(limit, seed)
+    return check_fits(read_npz(path, spec, limit, seed), spec)
+
+
+def is_callable(source: str) -> bool:
+    """Whether a data source names ``module:callable`` (not a file or folder)."""
+    return bool(re.match(ENTRY_PATTERN, source)) and not Path(source).exists()
 
 
 def load_sized(entry: str, spec: ModelSpec, size: str, limit: int) -> Dataset:
@@ -52,13 +57,7 @@ def load_sized(entry: str, spec: ModelSpec, size: str, limit: int) -> Dataset:
 def check_fits(data: Dataset, spec: ModelSpec, size: str = "opt") -> Dataset:
     """Check every input's sample shape (at ``size``) and dtype against the spec; cast floats to the
     spec dtype."""
-    counts = {len(v) for v in data.inputs.values()}
-    if len(counts) != 1 or (data.labels is not None and len(data.labels) not in counts):
-        raise DataError(f"{data.source}: arrays hold different sample counts: "
-                        + ", ".join(f"{k} {len(v)}" for k, v in data.inputs.items())
-                        + ("" if data.labels is None else f", y {len(data.labels)}"))
-    if counts == {0}:
-        raise DataError(f"{data.source}: holds no samples")
+    check_counts(data)
     fitted = {inp.name: _fit_input(data.inputs[inp.name], inp, data.source, size) for inp in spec.inputs}
     return Dataset(fitted, data.labels, data.source)
 
@@ -88,8 +87,9 @@ def _fit_input(array: np.ndarray, inp: InputSpec, source: str, size: str = "opt"
 def evaluation_samples(source: str | Path | None, spec: ModelSpec, settings: Any) -> Dataset:
     """The evaluation samples a build measures: ``source`` (the profile's or the spec's data) with the
     profile's ``[evaluation]`` sample count and seed, else seeded random inputs."""
-    if source:
-        return load_dataset(source, spec, "evaluation").take(settings.samples, settings.seed)
+    if source:  # a file or folder is drawn from before it is read; a callable's batches are all read, then drawn
+        limit = None if is_callable(str(source)) else settings.samples
+        return load_dataset(source, spec, "evaluation", limit, settings.seed).take(settings.samples, settings.seed)
     return random_dataset(spec, settings.random_samples, settings.seed)
 
 

@@ -6,26 +6,30 @@ task's own check (``edgeship.pipeline.validate.check_labels``) decides whether `
 from __future__ import annotations
 
 import math
+import struct
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from edgeship.calibration.dataset import Dataset, refuse_non_finite
+from edgeship.calibration.dataset import Dataset, check_counts, refuse_non_finite
 from edgeship.errors import DataError
 from edgeship.fsutil import byte_count
 from edgeship.spec import ModelSpec
 
 
-def read_npz(path: Path, spec: ModelSpec) -> Dataset:
-    """Arrays from an .npz: ``x`` for a one-input model, else one key per input name; ``y`` labels."""
+def read_npz(path: Path, spec: ModelSpec, limit: int | None = None, seed: int = 0) -> Dataset:
+    """Arrays from an .npz: ``x`` for a one-input model, else one key per input name; ``y`` labels.
+    ``limit`` draws at most that many samples (seeded, as ``Dataset.take``) before anything is read:
+    arrays stored uncompressed (``numpy.savez``) are memory-mapped, so only the drawn samples are
+    read and checked; compressed ones (``savez_compressed``) are decompressed whole."""
     if not zipfile.is_zipfile(path):  # np.load would try a .npy or a pickle and say so, misleadingly
         raise DataError(f"{path}: not an .npz file (a zip of arrays, as numpy.savez writes); "
                         "its bytes are not a zip archive")
-    refuse_oversized(path)
+    declared = refuse_oversized(path)
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
+        arrays = _arrays(path, declared)
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise DataError(f"{path}: not a readable .npz file: {e}") from None
     names = [i.name for i in spec.inputs]
@@ -35,52 +39,96 @@ def read_npz(path: Path, spec: ModelSpec) -> Dataset:
         want = "x" if len(names) == 1 else ", ".join(names)
         raise DataError(f"{path}: missing array(s) {', '.join(missing)}; expected {want} "
                         f"(and optionally y); found {', '.join(arrays) or 'none'}")
-    for key in keys:
-        refuse_non_finite(arrays[key], f"{path}: array {key!r}")
-    inputs = {name: arrays[key] for name, key in zip(names, keys)}
-    labels = arrays.get("y")
-    return Dataset(inputs, None if labels is None else _labels(labels, path), str(path))
+    data = check_counts(Dataset({name: arrays[key] for name, key in zip(names, keys)}, arrays.get("y"), str(path)))
+    drawn = data.take(limit, seed)
+    inputs = {name: _in_memory(drawn.inputs[name]) for name in names}  # read now: the drawn samples only
+    for name, key in zip(names, keys):
+        refuse_non_finite(inputs[name], f"{path}: array {key!r}", _of_drawn(data, drawn))
+    labels = None if drawn.labels is None else _labels(_in_memory(drawn.labels), path)
+    return Dataset(inputs, labels, drawn.source)
 
 
-def declared_arrays(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype, int, int]]:
-    """Each array of an .npz as its .npy header declares it, read before any data: (shape, dtype,
-    bytes it needs, bytes the zip member holds). DataError for a header numpy cannot read."""
+def _in_memory(array: np.ndarray) -> np.ndarray:
+    """A plain, writable array: a memory-mapped one is read (copied) into memory."""
+    return np.array(array) if isinstance(array, np.memmap) else array
+
+
+def _of_drawn(data: Dataset, drawn: Dataset) -> str:
+    return "" if len(drawn) == len(data) else f" in the {len(drawn)} samples drawn from its {len(data)}"
+
+
+def _arrays(path: Path, declared: dict[str, Declared]) -> dict[str, np.ndarray]:
+    """Each array of the file: memory-mapped (read-only) where its member is stored uncompressed,
+    else read whole by numpy."""
+    mapped = {key: np.memmap(path, dtype=d.dtype, mode="r", offset=d.offset, shape=d.shape,
+                             order="F" if d.fortran else "C")
+              for key, d in declared.items() if d.offset is not None and d.needed}
+    rest = [key for key in declared if key not in mapped]
+    if not rest:
+        return mapped
+    with np.load(path, allow_pickle=False) as npz:
+        return mapped | {key: npz[key] for key in rest}
+
+
+class Declared(NamedTuple):
+    """One array of an .npz as its .npy header declares it, read before any data."""
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    fortran: bool
+    needed: int                 # bytes the array needs
+    held: int                   # bytes of data its zip member holds
+    offset: int | None          # where its data starts in the file, when stored uncompressed; else None
+
+
+def declared_arrays(path: Path) -> dict[str, Declared]:
+    """Each array of an .npz as its header declares it. DataError for a header numpy cannot read."""
     readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
     out = {}
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(path) as zf, open(path, "rb") as raw:
             for info in zf.infolist():
                 if not info.filename.endswith(".npy"):
                     continue
                 with zf.open(info) as f:
                     version = np.lib.format.read_magic(f)
-                    shape, _, dtype = readers.get(version, np.lib.format.read_array_header_2_0)(f)
+                    shape, fortran, dtype = readers.get(version, np.lib.format.read_array_header_2_0)(f)
                     header = f.tell()
                 count = math.prod(shape)
-                out[info.filename[:-4]] = (shape, dtype, count * dtype.itemsize, info.file_size - header)
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
+                offset = None
+                if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1 and not dtype.hasobject:
+                    raw.seek(info.header_offset + 26)  # the local file header: name and extra field lengths
+                    name_len, extra_len = struct.unpack("<HH", raw.read(4))
+                    offset = info.header_offset + 30 + name_len + extra_len + header
+                out[info.filename[:-4]] = Declared(tuple(shape), dtype, bool(fortran), count * dtype.itemsize,
+                                                   info.file_size - header, offset)
+    except (OSError, ValueError, struct.error, zipfile.BadZipFile) as e:
         raise DataError(f"{path}: not a readable .npz file: {e}") from None
     return out
 
 
-def refuse_oversized(path: Path) -> None:
-    """DataError, before anything is allocated, for an array whose header declares more bytes than its
-    zip member holds (a truncated or forged file), or arrays that together need more memory than this
-    machine has free, naming the array, its shape and size."""
+def refuse_oversized(path: Path) -> dict[str, Declared]:
+    """The file's declared arrays; DataError, before anything is allocated, for an array whose header
+    declares more bytes than its zip member holds (a truncated or forged file), or compressed arrays
+    that together need more memory than this machine has free, naming the array, its shape and size
+    (memory-mapped arrays are read only where drawn)."""
     import psutil
 
     arrays = declared_arrays(path)
-    for key, (shape, dtype, needed, held) in arrays.items():
-        if needed > held:
-            raise DataError(f"{path}: array {key!r} declares shape {list(shape)} {dtype} ({byte_count(needed)}) "
-                            f"but the file holds {byte_count(held)} of data for it: a truncated or damaged file")
-    total, free = sum(a[2] for a in arrays.values()), psutil.virtual_memory().available
+    for key, a in arrays.items():
+        if a.needed > a.held:
+            raise DataError(f"{path}: array {key!r} declares shape {list(a.shape)} {a.dtype} "
+                            f"({byte_count(a.needed)}) but the file holds {byte_count(a.held)} of data for it: "
+                            "a truncated or damaged file")
+    whole = {key: a for key, a in arrays.items() if a.offset is None}
+    total, free = sum(a.needed for a in whole.values()), psutil.virtual_memory().available
     if total > free:
-        largest = max(arrays, key=lambda k: arrays[k][2])
-        shape, dtype, needed, _ = arrays[largest]
-        raise DataError(f"{path}: its arrays need {byte_count(total)} in memory, more than the {byte_count(free)} "
-                        f"free here (largest: {largest!r}, shape {list(shape)} {dtype}, {byte_count(needed)}); use "
-                        "fewer samples in the file, or an image folder")
+        largest = max(whole, key=lambda k: whole[k].needed)
+        a = whole[largest]
+        raise DataError(f"{path}: its compressed arrays need {byte_count(total)} in memory, more than the "
+                        f"{byte_count(free)} free here (largest: {largest!r}, shape {list(a.shape)} {a.dtype}, "
+                        f"{byte_count(a.needed)}); save it uncompressed (numpy.savez: read only where "
+                        "sampled), use fewer samples in the file, or an image folder")
+    return arrays
 
 
 def _labels(y: np.ndarray, path: Path) -> np.ndarray:

@@ -60,7 +60,8 @@ class Runner:
 
     A subclass names its ``runtime`` id, which registers it in RUNNERS, and the modules to
     ``imports`` (``import_runtime()`` imports them) before the load timer starts, so load_ms is the
-    artifact's load, not the runtime's import. ``load()`` sets ``version`` (the runtime as the report shows it) and may add ``notes``.
+    artifact's load, not the runtime's import. ``load()`` sets ``version`` (the runtime as the report
+    shows it) and may add ``notes``.
     Runners do not time themselves: ``run()`` times every runtime the same way.
     """
 

@@ -4,14 +4,17 @@ declares 1.7 TiB is refused (exit 2, naming the file, the array, its shape and s
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from edgeship.calibration.npz import declared_arrays, refuse_oversized
+from edgeship.calibration.dataset import sample_indices
+from edgeship.calibration.npz import declared_arrays, read_npz, refuse_oversized
 from edgeship.errors import DataError
+from edgeship.spec import ModelSpec
 from tests.faults.test_failed_writes import build_limited
 from tests.faults.test_one_build_per_folder import finish, project  # noqa: F401 - project: a fixture
 
@@ -38,18 +41,86 @@ def test_faults_an_npz_header_that_claims_too_much_is_refused_before_allocating(
     assert not (tmp_path / "out").exists()
 
 
-def test_arrays_that_need_more_than_the_free_memory_are_refused_naming_the_largest(tmp_path, monkeypatch) -> None:
-    """The memory comparison (the free memory is set small here: a real one would need a file larger
-    than this machine's memory)."""
+def test_compressed_arrays_that_need_more_than_the_free_memory_are_refused_naming_the_largest(
+        tmp_path, monkeypatch) -> None:
+    """The memory comparison, for arrays numpy must decompress whole (the free memory is set small here:
+    a real one would need a file larger than this machine's memory). Stored arrays are memory-mapped."""
     import psutil
 
     path = tmp_path / "data.npz"
-    np.savez(path, x=np.zeros((64, 3, 32, 32), np.float32), y=np.zeros(64, np.int64))
-    assert declared_arrays(path) == {"x": ((64, 3, 32, 32), np.dtype("float32"), 786_432, 786_432),
-                                     "y": ((64,), np.dtype("int64"), 512, 512)}
+    np.savez_compressed(path, x=np.zeros((64, 3, 32, 32), np.float32), y=np.zeros(64, np.int64))
+    declared = declared_arrays(path)
+    assert {k: (a.shape, a.dtype, a.needed, a.offset) for k, a in declared.items()} == {
+        "x": ((64, 3, 32, 32), np.dtype("float32"), 786_432, None), "y": ((64,), np.dtype("int64"), 512, None)}
     refuse_oversized(path)  # fits
     real = psutil.virtual_memory()
     monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=500_000))
-    with pytest.raises(DataError, match=r"its arrays need 786,944 bytes in memory, more than the 500,000 bytes free "
-                                        r"here \(largest: 'x', shape \[64, 3, 32, 32\] float32, 786,432 bytes\)"):
+    with pytest.raises(DataError, match=r"its compressed arrays need 786,944 bytes in memory, more than the "
+                                        r"500,000 bytes free here \(largest: 'x', shape \[64, 3, 32, 32\] float32, "
+                                        r"786,432 bytes\); save it uncompressed"):
         refuse_oversized(path)
+    np.savez(path, x=np.zeros((64, 3, 32, 32), np.float32), y=np.zeros(64, np.int64))
+    assert all(a.offset is not None for a in declared_arrays(path).values())
+    refuse_oversized(path)  # stored: memory-mapped, nothing to hold whole
+
+
+# also in the code below
+SPEC = ModelSpec(name="m", entry="m:build", inputs=[{"name": "image", "shape": [1, 3, 64, 64]}])
+BIG = 20_000  # samples of 3x64x64 float32: 983 MB
+
+
+def test_a_large_npz_is_read_only_where_its_samples_are_drawn(tmp_path) -> None:
+    """A 983 MB evaluation set (numpy.savez, stored) of which a build draws 24 samples: a fresh process
+    reads it with under 100 MB more peak memory (it held the whole file before: 1.2 GB more), and gets
+    the samples a whole read would have drawn (the same seeded indices)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "big.npz"
+    x = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype=np.float32, shape=(BIG, 3, 64, 64))
+    for start in range(0, BIG, 2000):  # written in parts: the test itself never holds it whole
+        x[start:start + 2000] = np.random.default_rng(start).random((2000, 3, 64, 64), dtype=np.float32)
+    x.flush()
+    with zipfile.ZipFile(path, "w") as zf:  # what numpy.savez writes: stored .npy members
+        zf.write(tmp_path / "x.npy", "x.npy")
+        zf.writestr("y.npy", _npy(np.arange(BIG) % 4))
+    assert path.stat().st_size > 980_000_000
+    # VmHWM (the process's own peak; ru_maxrss would start from the parent's peak, carried across exec)
+    code = ("import json, re, sys; from pathlib import Path; import numpy as np; "
+            "peak = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)); "
+            "from edgeship.calibration.datasets import load_dataset; from edgeship.spec import ModelSpec; "
+            "SPEC = ModelSpec(name='m', entry='m:build', inputs=[{'name': 'image', 'shape': [1, 3, 64, 64]}]); "
+            "before = peak(); "
+            "d = load_dataset(Path(sys.argv[1]), SPEC, 'evaluation', 24, 7); "
+            "grew = peak() - before; "
+            "np.savez(sys.argv[2], x=d.inputs['image'], y=d.labels); print(json.dumps([grew, d.source]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "drawn.npz")], capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).parents[2])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    grew_kb, source = json.loads(proc.stdout.splitlines()[-1])
+    assert grew_kb < 100_000 and source == f"{path} (24 sampled)", (grew_kb, source)
+    idx = sample_indices(BIG, 24, 7)
+    drawn = np.load(tmp_path / "drawn.npz")
+    np.testing.assert_array_equal(drawn["x"], np.load(tmp_path / "x.npy", mmap_mode="r")[idx])
+    np.testing.assert_array_equal(drawn["y"], idx % 4)
+
+
+def _npy(array: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    np.save(out, array)
+    return out.getvalue()
+
+
+def test_non_finite_values_are_refused_in_the_drawn_samples_and_named_so(tmp_path) -> None:
+    x = np.zeros((100, 3, 64, 64), np.float32)
+    x[sample_indices(100, 10, 0)[3], 0, 0, 0] = np.nan
+    path = tmp_path / "data.npz"
+    np.savez(path, x=x)
+    with pytest.raises(DataError, match=r"data.npz: array 'x' holds 1 non-finite value\(s\) \(1 NaN, 0 inf\) of "
+                                        r"122880 in the 10 samples drawn from its 100; calibration and evaluation"):
+        read_npz(path, SPEC, 10, 0)
+    with pytest.raises(DataError, match=r"array 'x' holds 1 non-finite value\(s\) \(1 NaN, 0 inf\) of 1228800;"):
+        read_npz(path, SPEC)  # every sample: the whole array checked
+    np.savez(path, x=x, y=np.zeros(99, np.int64))
+    with pytest.raises(DataError, match="arrays hold different sample counts: image 100, y 99"):
+        read_npz(path, SPEC, 10, 0)  # counted before drawing
