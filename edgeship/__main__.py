@@ -1,5 +1,3 @@
-import sys
+from edgeship.cli import run
 
-from edgeship.cli import main
-
-sys.exit(main())
+run()

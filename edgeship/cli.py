@@ -316,6 +316,18 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(os_failure(e), args)
 
 
+def run() -> None:
+    """The ``edgeship`` command: ``main``, then exit without the interpreter's last full garbage
+    collection over torch's heap (0.7 s here with torch and onnx loaded; a Ctrl-C waited for it).
+    ``gc.freeze`` only exempts the objects alive now from that collection: every file and lock is
+    closed by then, and refcounting still frees what it frees."""
+    import gc
+
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 def _fail(e: EdgeshipError, args: argparse.Namespace) -> int:
     if args.debug:
         traceback.print_exc()
@@ -324,4 +336,4 @@ def _fail(e: EdgeshipError, args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

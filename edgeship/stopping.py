@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,10 +81,28 @@ def stop_children(grace_s: float = GRACE_S) -> None:
     for child in children:
         with contextlib.suppress(psutil.Error):
             child.terminate()
-    _, alive = psutil.wait_procs(children, timeout=grace_s)
-    for child in alive:
+    for child in _still_running(children, grace_s):
         with contextlib.suppress(psutil.Error):
             child.kill()
+
+
+def _still_running(processes: list[Any], grace_s: float) -> list[Any]:
+    """Those of ``processes`` still running after up to ``grace_s``. A zombie has stopped: a
+    grandchild (Chromium under playwright's driver) stays one until its own parent reaps it, which
+    psutil.wait_procs would wait out to the end."""
+    import psutil
+
+    def running(process: Any) -> bool:
+        try:
+            return process.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+    deadline = time.monotonic() + grace_s
+    alive = [p for p in processes if running(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if running(p)]
+    return alive
 
 
 def check() -> None:

@@ -175,6 +175,7 @@ class BrowserDevice(Device):
     def __init__(self, name: str, config: Any) -> None:
         super().__init__(name)
         self.config = config
+        self._session: PageSession | None = None  # the job's page, while it runs
 
     @property
     def address(self) -> str:
@@ -201,9 +202,13 @@ class BrowserDevice(Device):
             raise MeasurementError(f"not measured here: {why}")
         threads = job.threads or self.config.threads
         with PageSession(self.config, job, workdir, threads) as session:
-            info = session.open()
-            timings = session.time(job.warmup, job.iterations) if job.iterations else []
-            per_batch = session.outputs()
+            self._session = session
+            try:
+                info = session.open()
+                timings = session.time(job.warmup, job.iterations) if job.iterations else []
+                per_batch = session.outputs()
+            finally:
+                self._session = None
         merged = merge_batches(per_batch, job.batch, session.samples)
         notes = []
         if threads and threads > 1 and info["threads"] != threads:
@@ -218,6 +223,12 @@ class BrowserDevice(Device):
                "host": {"platform": "browser", "cpus": info["hardwareConcurrency"]}}
         (workdir / "result.json").write_text(json.dumps(doc, indent=1))
         return JobResult(doc, merged, notes)
+
+    def cancel(self) -> None:
+        """Kill the job's Chromium at once (a graceful close would wait for the page's script)."""
+        session = self._session
+        if session is not None:
+            session.expire()
 
     def check(self) -> DeviceReport:
         report = DeviceReport(self.name, self.transport, self.address, reachable=False)
@@ -311,7 +322,7 @@ class PageSession:
         its own timers, so a timer thread kills Chromium when the time is up."""
         from playwright.sync_api import Error as PlaywrightError
 
-        timer = threading.Timer(self._left_ms() / 1000, self._expire)
+        timer = threading.Timer(self._left_ms() / 1000, self.expire)
         timer.daemon = True
         timer.start()
         try:
@@ -331,7 +342,8 @@ class PageSession:
             raise RunnerError(f"onnxruntime-web in Chromium: {error}{_last(self.log)}")
         return answer
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
+        """Kill Chromium now: the call waiting on the page fails, and closing does not wait for it."""
         self._hung = True
         self._chromium.kill()
 

@@ -96,7 +96,8 @@ def test_adb_executorch_job_pushes_runs_reads_logcat_and_cleans_up(adb, tmp_path
     assert [c[2:] for c in sent] == [
         ["shell", f"mkdir -p {remote}"], ["push", str(tmp_path / "model.pte"), f"{remote}/model.pte"],
         ["logcat", "-c"],
-        ["shell", f"/data/local/tmp/bin/executor_runner --model_path={remote}/model.pte --num_executions=8"],
+        ["shell", f"echo $$ > {remote}/runner.pid; exec /data/local/tmp/bin/executor_runner "
+                  f"--model_path={remote}/model.pte --num_executions=8"],
         ["logcat", "-d", "-s", "ExecuTorch:I"], ["shell", f"rm -rf {remote}"]]
     assert remote.startswith("/data/local/tmp/edgeship/job-")
     assert result.document["summary_ms"] == {"mean_ms": pytest.approx(15.013292)} and result.outputs == []
@@ -134,3 +135,63 @@ def test_adb_check_reports_android_version_abi_disk_and_programs(adb) -> None:
     assert report.facts["free_disk_bytes"] == 64658816 * 1024
     assert report.runtimes == {"executorch": "program at /data/local/tmp/bin/executor_runner",
                                "pytorch-mobile": "missing: no /data/local/tmp/bin/speed_benchmark_torch on the device"}
+
+
+LOOPBACK_ADB = textwrap.dedent(f"""\
+    #!{sys.executable}
+    # A stand-in for adb whose "device" is this machine: shell commands run with sh here, push copies.
+    import os, shutil, subprocess, sys
+    cmd = sys.argv[3:]
+    if cmd[0] == "push":
+        shutil.copy(cmd[1], cmd[2])
+    elif cmd[0] == "shell":
+        sys.exit(subprocess.run(["sh", "-c", cmd[1]]).returncode)
+    """)
+
+
+def test_adb_cancel_kills_the_program_running_on_the_device_and_removes_its_folder(tmp_path) -> None:
+    """Ctrl-C during a measurement: the local adb client going away does not stop the program on the
+    phone (adbd may keep it running), so cancel() kills it there through the pid its shell wrote, as
+    the ssh device does. The device is a loopback stand-in (shell commands run by sh on this machine):
+    what is tested is the shell edgeship sends, and that the program really stops."""
+    import threading
+    import time
+
+    from edgeship.devices.base import MeasurementError
+
+    adb = tmp_path / "adb"
+    adb.write_text(LOOPBACK_ADB)
+    adb.chmod(0o755)
+    program = tmp_path / "bin" / "executor_runner"
+    program.parent.mkdir()
+    program.write_text("#!/bin/sh\nexec sleep 600\n")  # a benchmark that runs long
+    program.chmod(0o755)
+    devices = tmp_path / "devices.toml"
+    devices.write_text(f'[devices.phone]\ntransport = "adb"\nserial = "loop"\nadb = "{adb}"\n'
+                       f'workdir = "{tmp_path / "device"}"\n[devices.phone.programs]\nexecutorch = "{program}"\n')
+    (tmp_path / "device").mkdir()
+    device = load_devices(devices).device("phone")
+    failure: list[BaseException] = []
+    worker = threading.Thread(target=lambda: _run_catching(device, job(tmp_path, "executorch", ".pte"), tmp_path,
+                                                           failure))
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not list((tmp_path / "device").glob("job-*/runner.pid")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid_files = list((tmp_path / "device").glob("job-*/runner.pid"))
+    assert pid_files, "the program's shell wrote no pid file: cancel() could not find the program"
+    pid = int(pid_files[0].read_text())
+    assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"  # the program, exec'ed
+    began = time.monotonic()
+    device.cancel()
+    worker.join(30)
+    assert not worker.is_alive() and time.monotonic() - began < 5
+    assert not Path(f"/proc/{pid}").exists() and not any((tmp_path / "device").iterdir())
+    assert len(failure) == 1 and isinstance(failure[0], MeasurementError) and "exited" in str(failure[0])
+
+
+def _run_catching(device, job_: Job, tmp_path: Path, failure: list[BaseException]) -> None:
+    try:
+        device.run_job(job_, tmp_path / "w")
+    except BaseException as e:  # noqa: BLE001 - the test reads it
+        failure.append(e)

@@ -24,7 +24,8 @@ from tests.faults.test_one_build_per_folder import files
 from tests.pipeline.test_faults import ORT
 
 # stage: (the progress text after which the signal is sent, seconds to wait after it, the stage's name)
-STAGES = {"reference": ("✓ plan", 1.0, "✗ evaluation data + float reference"),
+STAGES = {"calibration": ("✓ plan", 1.0, "✗ calibration data"),
+          "reference": ("✓ plan", 1.0, "✗ evaluation data + float reference"),
           "lowering": ("✓ evaluation data + float reference", 0.5, "✗ lower ort"),
           "measuring": ("✓ lower ort", 0.0, "✗ measure on host")}  # then: a runner started
 
