@@ -1,6 +1,6 @@
 """The ``edgeship`` command: a thin shim over :mod:`edgeship.api`. Exit codes come from the
 error types, here and nowhere else: 0 ok, 2 bad input, 3 a validation gate failed, 1 the environment or a bug,
-130/143 interrupted (see BUILD_EXIT)."""
+130/143/129 interrupted (see BUILD_EXIT)."""
 from __future__ import annotations
 
 import argparse
@@ -20,7 +20,8 @@ BUILD_EXIT = """exit status:
        folder another build is using, with --no-wait
   3    a gate failed, a variant could not be built, or a runner ended without a result
   1    the environment (a write the machine refused: the path and the reason) or a bug
-  130  interrupted (Ctrl-C); 143: SIGTERM. The previous build in the folder stays as it was."""
+  130  interrupted (Ctrl-C); 143: SIGTERM; 129: SIGHUP (the terminal closed). The previous build in the
+       folder stays as it was."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e, args)
     except EdgeshipError as e:
         return _fail(e, args)
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (stopping.Interrupted): 128 + the signal
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM or SIGHUP (stopping.Interrupted): 128 + the signal
         outcome = getattr(e, "outcome", "")
         print(f"edgeship: interrupted{'; ' + outcome if outcome else ''}", file=sys.stderr)
         return getattr(e, "exit_code", 130)

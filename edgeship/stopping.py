@@ -1,4 +1,5 @@
-"""Stopping a command at Ctrl-C (SIGINT) or SIGTERM, at any stage, within about a second.
+"""Stopping a command at Ctrl-C (SIGINT), SIGTERM or SIGHUP (its terminal or ssh session closed), at
+any stage, within about a second.
 
 The command line installs the handler (``installed``) for the length of one command. On the first
 signal it sets ``STOP``, asks every device that is running a job to stop it there (``running_on``;
@@ -10,7 +11,7 @@ does not go on to the next one. A block that must not be cut in half (publishing
 its folder: a few renames) runs ``deferred``: the signal is kept and raised when it ends.
 
 ``Interrupted`` is a KeyboardInterrupt, so code that passes Ctrl-C through passes it through too;
-the command exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
+the command exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Any
 
 STOP = threading.Event()
 GRACE_S = 1.0
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal or ssh session closed
 _running: dict[int, Any] = {}           # id -> a device running a job now (it has a ``cancel()``)
 _state = {"deferred": 0, "pending": 0}  # blocks that defer the signal, and the signal kept meanwhile
 
@@ -40,7 +41,7 @@ class Interrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def installed() -> Iterator[None]:
-    """SIGINT and SIGTERM stop the command (see the module's description) until the block ends;
+    """SIGINT, SIGTERM and SIGHUP stop the command (see the module's description) until the block ends;
     the handlers before it come back after. Only the main thread can install them: elsewhere this
     does nothing."""
     if threading.current_thread() is not threading.main_thread():

@@ -98,7 +98,8 @@ def runner_started(proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.parametrize(("stage", "signum"), [("reference", signal.SIGTERM), ("lowering", signal.SIGINT),
-                                               ("measuring", signal.SIGINT), ("measuring", signal.SIGTERM)])
+                                               ("measuring", signal.SIGINT), ("measuring", signal.SIGTERM),
+                                               ("measuring", signal.SIGHUP)])
 def test_faults_a_signal_stops_the_build_in_its_stage_and_the_folder_is_untouched(
         finished, stage: str, signum: int, tmp_path) -> None:
     model, profile, out = finished
