@@ -165,3 +165,62 @@ def test_killing_a_node_mid_run_keeps_the_other_results_and_records_the_failures
     stored = ResultsStore(db).rows()
     assert len([r for r in stored if r["device"] == "board-a" and r["p50_ms"] is not None]) == 4
     assert any(r["device"] == "board-b" and r["p50_ms"] is None and r["notes"] for r in stored)
+
+
+def test_ctrl_c_stops_the_matrix_and_its_builds_on_the_cluster(tiny_project, tmp_path) -> None:
+    """SIGINT to ``edgeship matrix --ray ADDRESS`` while a build task's runner times on a cluster node:
+    the driver exits 130 at once, and the runner that task started (under the node's raylet, not the
+    driver) is gone within seconds. edgeship cancels nothing itself: Ray ends a job's tasks when its
+    driver exits, and a worker that exits kills the processes it started
+    (RAY_kill_child_processes_on_worker_exit, on by default); this test keeps both true."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import psutil
+    from ray.cluster_utils import Cluster
+
+    from tests.conftest import REPO
+    from tests.matrix.test_matrix import ONNX
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False})
+    try:
+        (tmp_path / "onnxonly.toml").write_text("[latency]\niterations = 2000000\n" + ONNX)  # minutes of timing
+        matrix = tmp_path / "matrix.toml"
+        matrix.write_text(f'models = ["{tiny_project / "model.toml"}"]\ntargets = ["onnxonly.toml"]\n'
+                          'devices = ["host"]\n')
+        out = tmp_path / "out"
+        proc = subprocess.Popen([sys.executable, "-m", "edgeship", "matrix", str(matrix), "--out", str(out), "--ray",
+                                 cluster.address, "--db", f"sqlite:///{tmp_path / 'r.db'}"], cwd=REPO,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "EDGESHIP_CACHE_DIR": str(tmp_path / "cache")})
+
+        def runners() -> list[psutil.Process]:
+            found = []
+            for p in psutil.process_iter(["cmdline"]):
+                line = " ".join(p.info["cmdline"] or [])
+                if "edgeship-matrix-" in line and line.endswith("job.json"):
+                    found.append(p)
+            return found
+        deadline = time.monotonic() + 300
+        while not runners():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no runner started on the cluster"
+            time.sleep(0.2)
+        started = runners()
+        assert all(proc.pid not in [a.pid for a in r.parents()] for r in started)  # the node's, not the driver's
+        time.sleep(1.0)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        seconds = time.monotonic() - sent
+        assert proc.returncode == 130 and "edgeship: interrupted" in err and "Traceback" not in err, err[-2000:]
+        gone, alive = psutil.wait_procs(started, timeout=30)
+        print(f"\nmatrix on Ray, SIGINT: exit 130 {seconds:.2f} s after the signal; the node's runner gone "
+              f"{time.monotonic() - sent:.2f} s after it")
+        assert not alive, [" ".join(p.cmdline()) for p in alive]
+        assert not list(out.glob("*/*/results.json"))
+    finally:
+        cluster.shutdown()
