@@ -44,16 +44,25 @@ def class_labels(folder: Path, files: list[Path], spec: ModelSpec) -> np.ndarray
 
 def decode(path: Path, pre: PreprocessSpec) -> np.ndarray:
     """One image as float32 in [0, 1], resized, center-cropped, normalized, in the spec's layout."""
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)  # refused, not decoded
+            image = Image.open(path)
+        with image:
             image = image.convert(pre.color)
             if pre.resize:
                 image = image.resize((pre.resize[1], pre.resize[0]), Image.Resampling.BILINEAR)
             if pre.crop:
                 image = _center_crop(image, pre.crop)
             array = np.asarray(image, dtype=np.float32) / 255.0
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as e:
+        raise DataError(f"{path}: its header declares {_pixels(e)} pixels, more than the {Image.MAX_IMAGE_PIXELS:,} "
+                        "an image may have here (PIL's limit against decompression bombs); a model's input "
+                        "image is far smaller: resize it") from None
     except (UnidentifiedImageError, OSError, ValueError) as e:
         raise DataError(f"{path}: not a readable image: {e}") from None
     array = array.reshape(array.shape[0], array.shape[1], -1)  # grayscale gets its channel axis
@@ -62,6 +71,14 @@ def decode(path: Path, pre: PreprocessSpec) -> np.ndarray:
     if pre.std is not None:
         array = array / np.asarray(pre.std, np.float32)
     return array if pre.layout == "NHWC" else array.transpose(2, 0, 1)
+
+
+def _pixels(e: Exception) -> str:
+    """The pixel count PIL's decompression-bomb message names, with thousands separators."""
+    import re
+
+    found = re.search(r"\((\d+) pixels\)", str(e))
+    return f"{int(found.group(1)):,}" if found else "too many"
 
 
 def _center_crop(image, size: list[int]):

@@ -124,3 +124,36 @@ def test_non_finite_values_are_refused_in_the_drawn_samples_and_named_so(tmp_pat
     np.savez(path, x=x, y=np.zeros(99, np.int64))
     with pytest.raises(DataError, match="arrays hold different sample counts: image 100, y 99"):
         read_npz(path, SPEC, 10, 0)  # counted before drawing
+
+
+def forged_png(path: Path, width: int, height: int) -> None:
+    """A PNG whose header declares width x height RGB pixels, with 100 bytes of image data."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(b"\0" * 100)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize(("width", "height"), [(30_000, 30_000), (12_000, 12_000)])
+def test_faults_an_image_whose_header_claims_too_many_pixels_is_refused(project, tmp_path, width, height) -> None:  # noqa: F811
+    """An evaluation image folder with one forged PNG (a few hundred bytes declaring 900 or 144
+    million pixels): exit 2 naming it, before anything is decoded. PIL itself raises above 179
+    million pixels (an error edgeship did not catch: a traceback, exit 1) and only warns between 89
+    and 179 million, then decodes (allocates) the whole image."""
+    from PIL import Image
+
+    model, profile = project
+    folder = model.parent / "images" / "cat"
+    folder.mkdir(parents=True)
+    for i in range(3):
+        Image.fromarray(np.full((16, 16, 3), 40 * i, np.uint8)).save(folder / f"{i}.png")
+    forged_png(folder / "bomb.png", width, height)
+    model.write_text(model.read_text().replace('evaluation = "eval.npz"', 'evaluation = "images"'))
+    code, err = finish(build_limited(model, profile, tmp_path / "out", None))
+    assert code == 2 and "Traceback" not in err, err[-2000:]
+    assert (f"{folder / 'bomb.png'}: its header declares {width * height:,} pixels, more than the 89,478,485 an image "
+            "may have here") in " ".join(err.split()), err[-2000:]
+    assert not (tmp_path / "out").exists()

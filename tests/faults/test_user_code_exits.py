@@ -47,6 +47,19 @@ EXITING = textwrap.dedent('''
 
     def exiting_data():
         _sys.exit(4)
+
+
+    class _ExitsWhenExported(TinyNet):
+        def forward(self, x):
+            import torch
+
+            if torch.compiler.is_exporting():
+                _sys.exit(3)
+            return super().forward(x)
+
+
+    def exiting_when_exported():
+        return _ExitsWhenExported()
     ''')
 
 # where: (how model.toml or tinynet.py is changed, the step the message must name)
@@ -62,6 +75,8 @@ CASES = {
     "evaluation source": (lambda p: _data(p, "evaluation"), "evaluation data + float reference",
                           "called sys.exit(4)"),
     "calibration source": (lambda p: _data(p, "calibration"), "calibration data", "called sys.exit(4)"),
+    "forward, while exported": (lambda p: _entry(p, "tinynet:exiting_when_exported"), "lower onnx-fp32 (onnx fp32)",
+                                "called sys.exit(3)"),
 }
 
 
