@@ -89,8 +89,18 @@ def uninformative_reason(ref: np.ndarray, inputs: dict[str, np.ndarray]) -> str 
     return None
 
 
+def chunks(array: np.ndarray, nbytes: int = 64 << 20) -> list[np.ndarray]:
+    """Views of ``array`` along its first axis, about ``nbytes`` each: a whole-array temporary
+    (a mask, a comparison) of a large memory-mapped set is made one piece at a time."""
+    if array.ndim == 0 or len(array) == 0:
+        return [array]
+    step = max(1, nbytes // max(1, array[:1].nbytes))
+    return [array[i:i + step] for i in range(0, len(array), step)]
+
+
 def _constant_over_samples(a: np.ndarray) -> bool:
-    return bool(len(a) > 1 and np.array_equal(a, np.broadcast_to(a[:1], a.shape)))
+    """Whether every sample equals the first (compared a piece at a time: no whole-array mask)."""
+    return bool(len(a) > 1 and all(np.array_equal(c, np.broadcast_to(a[:1], c.shape)) for c in chunks(a)))
 
 
 def accuracy(ref: np.ndarray, out: np.ndarray, labels: np.ndarray | None) -> dict[str, float | int | None]:

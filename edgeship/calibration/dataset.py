@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeship.errors import DataError
+from edgeship.metrics import chunks
 
 
 @dataclass
@@ -37,7 +38,7 @@ class Dataset:
         arrays = sorted(self.inputs.items()) + ([] if self.labels is None else [("__labels__", self.labels)])
         for name, array in arrays:
             h.update(f"{name}:{array.dtype.str}:{list(array.shape)};".encode())
-            h.update(np.ascontiguousarray(array).tobytes())
+            h.update(np.ascontiguousarray(array))  # its buffer: no copy (a memory-mapped array is paged in)
         return h.hexdigest()
 
     def inputs_sha256(self) -> str:
@@ -47,7 +48,7 @@ class Dataset:
         for name in sorted(self.inputs):
             a = np.ascontiguousarray(self.inputs[name])
             h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
-            h.update(a.tobytes())
+            h.update(a)
         return h.hexdigest()
 
     def batches(self, batch: int) -> list[dict[str, np.ndarray]]:
@@ -80,9 +81,9 @@ def refuse_non_finite(array: np.ndarray, what: str, after: str = "") -> None:
     a = np.asarray(array)
     if not np.issubdtype(a.dtype, np.inexact):
         return
-    bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+    bad = sum(int(c.size - np.count_nonzero(np.isfinite(c))) for c in chunks(a))
     if bad:
-        nan = int(np.count_nonzero(np.isnan(a)))
+        nan = sum(int(np.count_nonzero(np.isnan(c))) for c in chunks(a))
         raise DataError(f"{what} holds {bad} non-finite value(s) ({nan} NaN, {bad - nan} inf) of {a.size}{after}; "
                         "calibration and evaluation data must be finite numbers")
 

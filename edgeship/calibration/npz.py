@@ -6,7 +6,6 @@ task's own check (``edgeship.pipeline.validate.check_labels``) decides whether `
 from __future__ import annotations
 
 import math
-import struct
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
@@ -14,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from edgeship.calibration.dataset import Dataset, check_counts, refuse_non_finite
+from edgeship.devices.runner import stored_offset
 from edgeship.errors import DataError
 from edgeship.fsutil import byte_count
 from edgeship.spec import ModelSpec
@@ -41,16 +41,11 @@ def read_npz(path: Path, spec: ModelSpec, limit: int | None = None, seed: int = 
                         f"(and optionally y); found {', '.join(arrays) or 'none'}")
     data = check_counts(Dataset({name: arrays[key] for name, key in zip(names, keys)}, arrays.get("y"), str(path)))
     drawn = data.take(limit, seed)
-    inputs = {name: _in_memory(drawn.inputs[name]) for name in names}  # read now: the drawn samples only
+    inputs = {name: drawn.inputs[name] for name in names}  # drawn: read now; all: still mapped
     for name, key in zip(names, keys):
         refuse_non_finite(inputs[name], f"{path}: array {key!r}", _of_drawn(data, drawn))
-    labels = None if drawn.labels is None else _labels(_in_memory(drawn.labels), path)
+    labels = None if drawn.labels is None else _labels(np.array(drawn.labels), path)
     return Dataset(inputs, labels, drawn.source)
-
-
-def _in_memory(array: np.ndarray) -> np.ndarray:
-    """A plain, writable array: a memory-mapped one is read (copied) into memory."""
-    return np.array(array) if isinstance(array, np.memmap) else array
 
 
 def _of_drawn(data: Dataset, drawn: Dataset) -> str:
@@ -58,9 +53,9 @@ def _of_drawn(data: Dataset, drawn: Dataset) -> str:
 
 
 def _arrays(path: Path, declared: dict[str, Declared]) -> dict[str, np.ndarray]:
-    """Each array of the file: memory-mapped (read-only) where its member is stored uncompressed,
-    else read whole by numpy."""
-    mapped = {key: np.memmap(path, dtype=d.dtype, mode="r", offset=d.offset, shape=d.shape,
+    """Each array of the file: memory-mapped where its member is stored uncompressed (copy-on-write:
+    writable, and a write changes memory, never the file), else read whole by numpy."""
+    mapped = {key: np.memmap(path, dtype=d.dtype, mode="c", offset=d.offset, shape=d.shape,
                              order="F" if d.fortran else "C")
               for key, d in declared.items() if d.offset is not None and d.needed}
     rest = [key for key in declared if key not in mapped]
@@ -94,14 +89,11 @@ def declared_arrays(path: Path) -> dict[str, Declared]:
                     shape, fortran, dtype = readers.get(version, np.lib.format.read_array_header_2_0)(f)
                     header = f.tell()
                 count = math.prod(shape)
-                offset = None
-                if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1 and not dtype.hasobject:
-                    raw.seek(info.header_offset + 26)  # the local file header: name and extra field lengths
-                    name_len, extra_len = struct.unpack("<HH", raw.read(4))
-                    offset = info.header_offset + 30 + name_len + extra_len + header
+                start = None if dtype.hasobject else stored_offset(raw, info)
+                offset = None if start is None else start + header
                 out[info.filename[:-4]] = Declared(tuple(shape), dtype, bool(fortran), count * dtype.itemsize,
                                                    info.file_size - header, offset)
-    except (OSError, ValueError, struct.error, zipfile.BadZipFile) as e:
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise DataError(f"{path}: not a readable .npz file: {e}") from None
     return out
 

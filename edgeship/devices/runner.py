@@ -24,6 +24,7 @@ import importlib
 import json
 import os
 import platform
+import struct
 import sys
 import time
 import traceback
@@ -608,6 +609,47 @@ def peak_rss_mb():
     return rss / (1024.0 * 1024.0) if sys.platform == "darwin" else rss / 1024.0
 
 
+def stored_offset(raw, info):
+    """Where the bytes of zip member ``info`` start in the open file ``raw`` when it is stored
+    uncompressed and unencrypted (as numpy.savez writes it); else None."""
+    import zipfile
+
+    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:
+        return None
+    raw.seek(info.header_offset + 26)  # the local file header: its name and extra field lengths
+    lengths = raw.read(4)
+    if len(lengths) < 4:
+        raise ValueError("a zip member's local header is cut short")
+    name_len, extra_len = struct.unpack("<HH", lengths)
+    return info.header_offset + 30 + name_len + extra_len
+
+
+def load_npz(path):
+    """The arrays of an .npz by name. Those stored uncompressed (numpy.savez, as edgeship writes
+    them) are memory-mapped copy-on-write (writable; a write never reaches the file), so a large
+    evaluation set is paged in a batch at a time instead of read whole; the rest are read."""
+    import zipfile
+
+    out = {}
+    with zipfile.ZipFile(path) as zf, open(path, "rb") as raw:
+        for info in zf.infolist():
+            name = info.filename[:-4]
+            start = stored_offset(raw, info)
+            if start is not None:
+                raw.seek(start)
+                version = np.lib.format.read_magic(raw)
+                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, fortran, dtype = read_header(raw)
+                if not dtype.hasobject and all(shape):
+                    out[name] = np.memmap(path, dtype=dtype, mode="c", offset=raw.tell(), shape=shape,
+                                          order="F" if fortran else "C")
+                    continue
+            with zf.open(info) as f:
+                out[name] = np.lib.format.read_array(f, allow_pickle=False)
+    return out
+
+
 def batches(inputs, names, batch):
     """Split N samples into batches of ``batch``, padding the last by repeating its final sample."""
     n = len(inputs[names[0]])
@@ -723,8 +765,7 @@ def run(job, base):
     cls = runner_class(job["runtime"])
     artifact = resolve(job["artifact"]) if job.get("artifact") else None
     check_sha256(artifact, job.get("sha256"))
-    with np.load(resolve(job["inputs"]), allow_pickle=False) as npz:
-        inputs = {k: npz[k] for k in npz.files}
+    inputs = load_npz(resolve(job["inputs"]))  # a large evaluation set: paged in a batch at a time
     data, n = batches(inputs, job["input_names"], int(job.get("batch", 1)))
     measured = cls.measured_elsewhere(job, artifact)
     if measured is not None:

@@ -24,7 +24,7 @@ from edgeship.calibration import Dataset, random_dataset
 from edgeship.calibration.datasets import load_sized
 from edgeship.devices import Device, Job
 from edgeship.devices.base import JobResult, MeasurementError, RunnerError, TransportError
-from edgeship.devices.runner import decode_outputs, encode_outputs, merge_batches
+from edgeship.devices.runner import decode_outputs, encode_outputs, load_npz, merge_batches
 from edgeship.errors import DataError, ModelSpecError, first_line
 from edgeship.model import call_model
 from edgeship.outputs import OutputSignature, flatten, signature_of
@@ -154,8 +154,7 @@ def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any,
     facts = json.loads((entry.path / "facts.json").read_text())
     model.counts.update(params=facts["params"], flops=facts["flops"])
     model.expect_state(facts.get("state_sha256"))  # a model built later in this build must be the same
-    with np.load(entry.path / "eval_inputs.npz", allow_pickle=False) as npz:
-        inputs = {name: npz[name] for name in npz.files}
+    inputs = load_npz(entry.path / "eval_inputs.npz")  # paged in where used: a large set is not read whole
     with np.load(entry.path / "reference.npz", allow_pickle=False) as npz:
         outputs, labels = decode_outputs(npz), (npz["labels"] if "labels" in npz.files else None)
     anchors = np.load(entry.path / "anchors.npy") if (entry.path / "anchors.npy").exists() else None
