@@ -775,7 +775,9 @@ def run(job, base):
         iterations = int(job.get("iterations", 100))  # 0: outputs only (a dynamic model at its min or max size)
         warmup = int(job.get("warmup", 10)) if iterations else 0
         timings, other_load = time_inference(runner, data[0], warmup, iterations)
-        outputs = [runner.infer(b) for b in data]
+        # own copies: a view of torch's output kept ~50 KB of the runtime's memory alive per batch
+        # (1.1 GB over 21,900 batches, measured); the timed runs above are not copied
+        outputs = [[np.array(o) for o in runner.infer(b)] for b in data]
         threads = job.get("threads") or runner.threads_in_use()
     finally:
         runner.close()
