@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from edgeship.calibration.dataset import Dataset, check_counts, refuse_non_finite
-from edgeship.devices.runner import stored_offset
+from edgeship.devices.runner import is_stored, load_npz
 from edgeship.errors import DataError
 from edgeship.fsutil import byte_count
 from edgeship.spec import ModelSpec
@@ -27,9 +27,9 @@ def read_npz(path: Path, spec: ModelSpec, limit: int | None = None, seed: int = 
     if not zipfile.is_zipfile(path):  # np.load would try a .npy or a pickle and say so, misleadingly
         raise DataError(f"{path}: not an .npz file (a zip of arrays, as numpy.savez writes); "
                         "its bytes are not a zip archive")
-    declared = refuse_oversized(path)
+    refuse_oversized(path)
     try:
-        arrays = _arrays(path, declared)
+        arrays = load_npz(path)  # stored arrays memory-mapped: read where drawn
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise DataError(f"{path}: not a readable .npz file: {e}") from None
     names = [i.name for i in spec.inputs]
@@ -52,27 +52,13 @@ def _of_drawn(data: Dataset, drawn: Dataset) -> str:
     return "" if len(drawn) == len(data) else f" in the {len(drawn)} samples drawn from its {len(data)}"
 
 
-def _arrays(path: Path, declared: dict[str, Declared]) -> dict[str, np.ndarray]:
-    """Each array of the file: memory-mapped where its member is stored uncompressed (copy-on-write:
-    writable, and a write changes memory, never the file), else read whole by numpy."""
-    mapped = {key: np.memmap(path, dtype=d.dtype, mode="c", offset=d.offset, shape=d.shape,
-                             order="F" if d.fortran else "C")
-              for key, d in declared.items() if d.offset is not None and d.needed}
-    rest = [key for key in declared if key not in mapped]
-    if not rest:
-        return mapped
-    with np.load(path, allow_pickle=False) as npz:
-        return mapped | {key: npz[key] for key in rest}
-
-
 class Declared(NamedTuple):
     """One array of an .npz as its .npy header declares it, read before any data."""
     shape: tuple[int, ...]
     dtype: np.dtype
-    fortran: bool
     needed: int                 # bytes the array needs
     held: int                   # bytes of data its zip member holds
-    offset: int | None          # where its data starts in the file, when stored uncompressed; else None
+    mapped: bool                # stored uncompressed: memory-mapped (load_npz), not read whole
 
 
 def declared_arrays(path: Path) -> dict[str, Declared]:
@@ -80,29 +66,28 @@ def declared_arrays(path: Path) -> dict[str, Declared]:
     readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
     out = {}
     try:
-        with zipfile.ZipFile(path) as zf, open(path, "rb") as raw:
+        with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
                 if not info.filename.endswith(".npy"):
                     continue
                 with zf.open(info) as f:
                     version = np.lib.format.read_magic(f)
-                    shape, fortran, dtype = readers.get(version, np.lib.format.read_array_header_2_0)(f)
+                    shape, _, dtype = readers.get(version, np.lib.format.read_array_header_2_0)(f)
                     header = f.tell()
                 count = math.prod(shape)
-                start = None if dtype.hasobject else stored_offset(raw, info)
-                offset = None if start is None else start + header
-                out[info.filename[:-4]] = Declared(tuple(shape), dtype, bool(fortran), count * dtype.itemsize,
-                                                   info.file_size - header, offset)
+                out[info.filename[:-4]] = Declared(tuple(shape), dtype, count * dtype.itemsize,
+                                                   info.file_size - header,
+                                                   is_stored(info) and not dtype.hasobject and count > 0)
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise DataError(f"{path}: not a readable .npz file: {e}") from None
     return out
 
 
-def refuse_oversized(path: Path) -> dict[str, Declared]:
-    """The file's declared arrays; DataError, before anything is allocated, for an array whose header
-    declares more bytes than its zip member holds (a truncated or forged file), or compressed arrays
-    that together need more memory than this machine has free, naming the array, its shape and size
-    (memory-mapped arrays are read only where drawn)."""
+def refuse_oversized(path: Path) -> None:
+    """DataError, before anything is allocated, for an array whose header declares more bytes than its
+    zip member holds (a truncated or forged file), or compressed arrays that together need more memory
+    than this machine has free, naming the array, its shape and size (memory-mapped arrays are read
+    only where drawn)."""
     import psutil
 
     arrays = declared_arrays(path)
@@ -111,7 +96,7 @@ def refuse_oversized(path: Path) -> dict[str, Declared]:
             raise DataError(f"{path}: array {key!r} declares shape {list(a.shape)} {a.dtype} "
                             f"({byte_count(a.needed)}) but the file holds {byte_count(a.held)} of data for it: "
                             "a truncated or damaged file")
-    whole = {key: a for key, a in arrays.items() if a.offset is None}
+    whole = {key: a for key, a in arrays.items() if not a.mapped}
     total, free = sum(a.needed for a in whole.values()), psutil.virtual_memory().available
     if total > free:
         largest = max(whole, key=lambda k: whole[k].needed)
@@ -120,7 +105,6 @@ def refuse_oversized(path: Path) -> dict[str, Declared]:
                         f"{byte_count(free)} free here (largest: {largest!r}, shape {list(a.shape)} {a.dtype}, "
                         f"{byte_count(a.needed)}); save it uncompressed (numpy.savez: read only where "
                         "sampled), use fewer samples in the file, or an image folder")
-    return arrays
 
 
 def _labels(y: np.ndarray, path: Path) -> np.ndarray:

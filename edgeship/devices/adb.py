@@ -8,18 +8,24 @@ build's accuracy comes from a device that runs the runner.
 """
 from __future__ import annotations
 
-import contextlib
 import shlex
 import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
 
-from edgeship.devices.base import DeviceReport, Job, JobResult, MeasurementError, RemoteDevice, TransportError
+from edgeship.devices.base import (
+    DeviceReport,
+    Job,
+    JobResult,
+    MeasurementError,
+    RemoteDevice,
+    TransportError,
+    pid_then_exec,
+)
 from edgeship.devices.native import PROGRAMS
 from edgeship.errors import one_of
 
-CANCEL_TIMEOUT_S = 10.0
 CONNECTION_ERRORS = ("device offline", "not found", "no devices", "error: closed", "device unauthorized",
                      "protocol fault", "connection reset")
 PROPS = {"os": "ro.build.version.release", "arch": "ro.product.cpu.abi", "model": "ro.product.model"}
@@ -29,10 +35,6 @@ class AdbDevice(RemoteDevice):
     """Runs each job in a fresh folder under the device's ``workdir``, removed afterwards."""
 
     transport = "adb"
-
-    def __init__(self, name: str, config: Any) -> None:
-        super().__init__(name, config)
-        self._running: str | None = None  # the device folder whose program runs now
 
     @property
     def address(self) -> str:
@@ -79,17 +81,8 @@ class AdbDevice(RemoteDevice):
                "no outputs to compare")
         return JobResult(doc, [], notes + timings.notes + [why])
 
-    def cancel(self) -> None:
-        """Kill the benchmark program of the job running now (its shell wrote its pid before exec'ing
-        it) and remove the job's folder: the local adb client going away does not stop it on the device."""
-        remote = self._running
-        if remote is None:
-            return
-        q = shlex.quote(remote)
-        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
-            subprocess.run(self.adb_args("shell", f'pid=$(cat {q}/runner.pid 2>/dev/null) && kill -KILL "$pid"; '
-                                                  f"rm -rf {q}"),
-                           capture_output=True, timeout=CANCEL_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    def shell_args(self, script: str) -> list[str]:
+        return self.adb_args("shell", script)
 
     def check(self) -> DeviceReport:
         report = DeviceReport(self.name, self.transport, self.address, reachable=False)
@@ -111,8 +104,7 @@ class AdbDevice(RemoteDevice):
         """The program's output; its shell writes its pid to ``pid_file`` first (for ``cancel``)."""
         if spec.logcat_tag:  # ET_LOG goes to logcat on Android: start from an empty log
             self._adb(["logcat", "-c"], self.config.connect_timeout_s, "logcat")
-        run = f"echo $$ > {shlex.quote(pid_file)}; exec {shlex.join(command)}"
-        proc = self._adb(["shell", run], job.timeout_s, "run", check=False)
+        proc = self._adb(["shell", pid_then_exec(pid_file, shlex.join(command))], job.timeout_s, "run", check=False)
         text = proc.stdout + proc.stderr
         if spec.logcat_tag:
             text += self._adb(["logcat", "-d", "-s", f"{spec.logcat_tag}:I"], self.config.transfer_timeout_s,

@@ -1,8 +1,11 @@
 """What every device does: take a measurement job, run the runner there, bring the results back."""
 from __future__ import annotations
 
+import contextlib
 import json
+import shlex
 import signal
+import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,9 +208,17 @@ class Device(ABC):
         return self.name
 
 
+CANCEL_TIMEOUT_S = 2.0  # stopping a remote job when the build is interrupted
+
+
 class RemoteDevice(Device):
     """A device reached through a transport, with the retry, backoff and lock settings of its
-    devices.toml entry (``config``: a RemoteSettings model)."""
+    devices.toml entry (``config``: a RemoteSettings model).
+
+    A job runs in its own folder on the device (``_running`` while it runs), its shell writing its
+    pid to ``runner.pid`` there before exec'ing the program (``pid_then_exec``): ``cancel()`` kills
+    it through that file and removes the folder, since the local client (ssh, adb) going away does
+    not stop a program on the device. A subclass gives ``shell_args``."""
 
     def __init__(self, name: str, config: Any) -> None:
         super().__init__(name)
@@ -215,6 +226,26 @@ class RemoteDevice(Device):
         self.retries = config.retries
         self.backoff_s = config.backoff_s
         self.lock_timeout_s = config.lock_timeout_s
+        self._running: str | None = None  # the device folder of the job running now
+
+    def shell_args(self, script: str) -> list[str]:
+        """The local command line that runs ``script`` with sh on the device."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Kill the program of the job running now and remove the job's folder on the device."""
+        remote = self._running
+        if remote is None:
+            return
+        q = shlex.quote(remote)
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            subprocess.run(self.shell_args(f'pid=$(cat {q}/runner.pid 2>/dev/null) && kill -KILL "$pid"; rm -rf {q}'),
+                           capture_output=True, timeout=CANCEL_TIMEOUT_S, stdin=subprocess.DEVNULL)
+
+
+def pid_then_exec(pid_file: str, command: str) -> str:
+    """A shell line that writes its pid to ``pid_file``, then becomes ``command`` (the same pid)."""
+    return f"echo $$ > {shlex.quote(pid_file)}; exec {command}"
 
 
 def probe_report(device: Device, stdout: str) -> DeviceReport:

@@ -609,12 +609,16 @@ def peak_rss_mb():
     return rss / (1024.0 * 1024.0) if sys.platform == "darwin" else rss / 1024.0
 
 
-def stored_offset(raw, info):
-    """Where the bytes of zip member ``info`` start in the open file ``raw`` when it is stored
-    uncompressed and unencrypted (as numpy.savez writes it); else None."""
+def is_stored(info):
+    """Whether zip member ``info`` is stored uncompressed and unencrypted (as numpy.savez writes it)."""
     import zipfile
 
-    if info.compress_type != zipfile.ZIP_STORED or info.flag_bits & 1:
+    return info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1
+
+
+def stored_offset(raw, info):
+    """Where the bytes of zip member ``info`` start in the open file ``raw`` when ``is_stored``; else None."""
+    if not is_stored(info):
         return None
     raw.seek(info.header_offset + 26)  # the local file header: its name and extra field lengths
     lengths = raw.read(4)
@@ -633,6 +637,8 @@ def load_npz(path):
     out = {}
     with zipfile.ZipFile(path) as zf, open(path, "rb") as raw:
         for info in zf.infolist():
+            if not info.filename.endswith(".npy"):  # not an array (np.load would return its bytes)
+                continue
             name = info.filename[:-4]
             start = stored_offset(raw, info)
             if start is not None:

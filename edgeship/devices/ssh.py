@@ -18,7 +18,6 @@ host key or key is a MeasurementError, because retrying cannot fix it.
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
@@ -40,6 +39,7 @@ from edgeship.devices.base import (
     MeasurementError,
     RemoteDevice,
     TransportError,
+    pid_then_exec,
     probe_report,
 )
 
@@ -47,7 +47,6 @@ RESULT_FILES = ("result.json", "outputs.npz", "runner.log")
 UNPACK_FAILED = 97       # the exit status of a send + run whose mkdir or tar failed
 RUN_MARGIN_S = 30.0      # the runner stops itself at the job's deadline; ssh gets a little longer
 CLEAN_TIMEOUT_S = 20.0
-CANCEL_TIMEOUT_S = 2.0   # stopping a remote runner when the build is interrupted
 CONTROL_PERSIST_S = 15
 NOT_RETRYABLE = {"Host key verification failed": "its host key is not in known_hosts, or has changed",
                  "REMOTE HOST IDENTIFICATION HAS CHANGED": "its host key has changed",
@@ -62,7 +61,6 @@ class SshDevice(RemoteDevice):
     def __init__(self, name: str, config: Any) -> None:
         super().__init__(name, config)
         self._stale: list[str] = []
-        self._running: str | None = None  # the remote job folder whose runner runs now
 
     @property
     def address(self) -> str:
@@ -83,17 +81,8 @@ class SshDevice(RemoteDevice):
             args += ["-l", c.user]
         return args + self._multiplex() + ["--", c.host, "sh -c " + shlex.quote(script)]  # no host read as an option
 
-    def cancel(self) -> None:
-        """Kill the remote runner of the job running now (the shell wrote its pid before exec'ing it)
-        and remove its folder: the local ssh client going away would not stop it."""
-        remote = self._running
-        if remote is None:
-            return
-        q = shlex.quote(remote)
-        script = f'pid=$(cat {q}/runner.pid 2>/dev/null) && kill -KILL "$pid"; rm -rf {q}'
-        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
-            subprocess.run(self.ssh_args(script), capture_output=True, timeout=CANCEL_TIMEOUT_S,
-                           stdin=subprocess.DEVNULL)
+    def shell_args(self, script: str) -> list[str]:
+        return self.ssh_args(script)
 
     def close(self) -> None:
         """Stop the shared connection, if one is open (``ssh -O exit``)."""
@@ -118,7 +107,7 @@ class SshDevice(RemoteDevice):
         workdir.mkdir(parents=True, exist_ok=True)
         for stale in RESULT_FILES:
             (workdir / stale).unlink(missing_ok=True)
-        run = f"echo $$ > runner.pid; exec {shlex.quote(self.config.python)} runner.py job.json > runner.log 2>&1"
+        run = pid_then_exec("runner.pid", f"{shlex.quote(self.config.python)} runner.py job.json > runner.log 2>&1")
         try:
             self._running = remote
             code = self._send_and_run(self._job_files(job, workdir), remote, run,

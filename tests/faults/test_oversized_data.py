@@ -50,8 +50,8 @@ def test_compressed_arrays_that_need_more_than_the_free_memory_are_refused_namin
     path = tmp_path / "data.npz"
     np.savez_compressed(path, x=np.zeros((64, 3, 32, 32), np.float32), y=np.zeros(64, np.int64))
     declared = declared_arrays(path)
-    assert {k: (a.shape, a.dtype, a.needed, a.offset) for k, a in declared.items()} == {
-        "x": ((64, 3, 32, 32), np.dtype("float32"), 786_432, None), "y": ((64,), np.dtype("int64"), 512, None)}
+    assert {k: (a.shape, a.dtype, a.needed, a.mapped) for k, a in declared.items()} == {
+        "x": ((64, 3, 32, 32), np.dtype("float32"), 786_432, False), "y": ((64,), np.dtype("int64"), 512, False)}
     refuse_oversized(path)  # fits
     real = psutil.virtual_memory()
     monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=500_000))
@@ -60,7 +60,7 @@ def test_compressed_arrays_that_need_more_than_the_free_memory_are_refused_namin
                                         r"786,432 bytes\); save it uncompressed"):
         refuse_oversized(path)
     np.savez(path, x=np.zeros((64, 3, 32, 32), np.float32), y=np.zeros(64, np.int64))
-    assert all(a.offset is not None for a in declared_arrays(path).values())
+    assert all(a.mapped for a in declared_arrays(path).values())
     refuse_oversized(path)  # stored: memory-mapped, nothing to hold whole
 
 
