@@ -64,7 +64,7 @@ def candidates_of(spec_path: Path, folder: Path, profiles: list[str]) -> Found:
 def artifacts(results: Any, out: Path, label: str) -> dict[str, dict[str, Any]]:
     """The build's artifacts that run here, loaded as the device runner loads them (by its
     runtime id, with the runtime's own default thread count, as every candidate here)."""
-    from edgeship.lowering.backends import BACKENDS
+    from edgeship.backends.registry import BACKENDS
     from edgeship.profile import load_profile
 
     variants = {v.name: v for v in load_profile(results.target).variants}

@@ -147,7 +147,7 @@ def make_nncf_int8_default(module: Any, example: tuple[Any, ...], calibration: l
     import openvino as ov
     import torch
 
-    from edgeship.quantize.openvino import import_nncf, quiet_nncf
+    from edgeship.backends.openvino.quantize import import_nncf, quiet_nncf
 
     nncf = import_nncf()
     with contextlib.redirect_stdout(io.StringIO()):

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 # onnx's own IR version (14) is newer than onnxruntime-web 1.30 reads
-from edgeship.lowering.onnx_web import WEB_MAX_IR_VERSION  # noqa: E402
+from edgeship.backends.onnx_web.lower import WEB_MAX_IR_VERSION  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]

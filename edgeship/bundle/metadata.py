@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgeship.lowering.registry import SPECS
+from edgeship.backends.registry import SPECS
 from edgeship.profile import BundleSettings, Variant
 from edgeship.results import Results, VariantResult
 from edgeship.spec import ModelSpec

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgeship.backends.base import AccuracyBudget, Artifact, Backend, LowerRequest
+from edgeship.backends.registry import BACKENDS
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
 from edgeship.devices.hashing import sha256_path
 from edgeship.errors import LoweringError, OutputError, WriteFailure, failure_line
 from edgeship.fsutil import NO_SPACE, atomic_write_text
-from edgeship.lowering.backends import BACKENDS
-from edgeship.lowering.base import AccuracyBudget, Artifact, Backend, LowerRequest
 from edgeship.lowering.capture import CaptureFailed, Capturer
 from edgeship.profile import Profile, Variant
 from edgeship.results import now_utc

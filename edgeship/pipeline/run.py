@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from edgeship.backends.registry import SPECS, depends_on_cpu
 from edgeship.cache import Cache, default_cache
 from edgeship.calibration import Dataset
 from edgeship.calibration.datasets import evaluation_samples
@@ -24,7 +25,6 @@ from edgeship.devices.targets import target_cpus
 from edgeship.errors import CaptureError, GateFailure
 from edgeship.fsutil import full_disk_is_write_failure, tree_size
 from edgeship.lowering.capture import Capturer
-from edgeship.lowering.registry import SPECS
 from edgeship.model import LazyModel
 from edgeship.outputs import onnx_name
 from edgeship.pipeline.budget import CalibrationBudget
@@ -53,7 +53,6 @@ from edgeship.pipeline.validate import (
 )
 from edgeship.profile.models import Gates, Variant
 from edgeship.progress import Progress
-from edgeship.quantize.cpu_choice import depends_on_cpu
 from edgeship.quantize.selection import select_variant
 from edgeship.quantize.settings import scheme_of
 from edgeship.results import ModelInfo, Results, VariantResult, now_utc, toolchain_versions

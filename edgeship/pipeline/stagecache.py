@@ -31,15 +31,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from edgeship.backends.registry import cpu_dependence, outside_sources
 from edgeship.cache import Cache, cache_key
 from edgeship.config import ENTRY_PATTERN
 from edgeship.devices.hashing import sha256_file, sha256_path
 from edgeship.entry import entry_source
 from edgeship.fsutil import atomic_write_text, full_disk_is_write_failure, remove_path
-from edgeship.lowering.aoti_isa import cxx_version
 from edgeship.pipeline.plan import Plan
 from edgeship.profile.models import Variant
-from edgeship.quantize.cpu_choice import aoti_isa, onnx_reduce_range, openvino_bf16, openvino_overflow_fix
 from edgeship.quantize.settings import needs_calibration
 from edgeship.results import toolchain_versions
 
@@ -50,10 +49,13 @@ SOURCE_SUFFIXES = {".py", ".toml", ".j2", ".html", ".kt", ".swift", ".md", ".txt
 
 @functools.lru_cache(maxsize=1)
 def edgeship_source() -> str:
-    """sha256 over edgeship's own source files: a code change invalidates every stage."""
+    """sha256 over edgeship's own source files and those of backend packages kept outside it
+    (``EDGESHIP_BACKENDS_PATH``): a code change invalidates every stage."""
     h = hashlib.sha256()
-    for path in sorted(p for p in PACKAGE.rglob("*") if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts):
-        h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for root in (PACKAGE, *outside_sources()):
+        for path in sorted(p for p in root.rglob("*") if p.suffix in SOURCE_SUFFIXES and "__pycache__" not in p.parts):
+            name = path.relative_to(PACKAGE) if root == PACKAGE else path
+            h.update(str(name).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -115,18 +117,9 @@ class StageKeys:
                "capture": profile.capture.model_dump(mode="json"),
                "calibration": {"data": self.calibration,
                                "settings": profile.calibration.model_dump(mode="json")} if calibrated else None}
-        chosen = onnx_reduce_range(variant, self.cpus)
-        if chosen is not None:
-            key["reduce_range"] = {"value": chosen[0], "why": chosen[1]}
-        isa = aoti_isa(variant, self.cpus)
-        if isa is not None:  # native code: for which instruction set and, compiled here, by which compiler
-            key["aoti_isa"] = {**isa, "compiler": cxx_version()[1]} if isa["compile_on"] == "build" else isa
-        bf16 = openvino_bf16(variant, self.cpus)
-        if bf16 is not None:
-            key["openvino_bf16"] = bf16
-        overflow = openvino_overflow_fix(variant, self.cpus)
-        if overflow is not None:
-            key["overflow_fix"] = {"value": overflow[0], "why": overflow[1]}
+        cpu = cpu_dependence(variant, self.cpus)
+        if cpu is not None:  # what of the target CPUs the backend made the artifact from (its hook)
+            key["cpu"] = cpu
         if calibrated and variant.quantization is not None and variant.quantization.keep_float == "auto":
             key["budget"] = profile.gates.merged(variant.gates).model_dump(mode="json")  # what auto keeps for
         return key

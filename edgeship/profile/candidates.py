@@ -17,9 +17,9 @@ from __future__ import annotations
 import collections
 import itertools
 
+from edgeship.backends.registry import SPECS
 from edgeship.config import raise_problems
 from edgeship.errors import ProfileError
-from edgeship.lowering.registry import SPECS
 from edgeship.profile.models import Profile, Variant
 from edgeship.quantize.settings import QuantizationSettings
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from edgeship import shapes
+from edgeship.backends.registry import SPECS
 from edgeship.errors import one_of
-from edgeship.lowering.registry import SPECS
 from edgeship.profile.models import Profile, Variant
 from edgeship.quantize.settings import QuantizationSettings, QuantizationSupport
 

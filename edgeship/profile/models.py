@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from edgeship.backends.registry import SPECS
 from edgeship.config import PathField, StrictModel, data_source, text_file
 from edgeship.errors import did_you_mean, one_of
-from edgeship.lowering.registry import SPECS
 from edgeship.quantize.settings import CalibrationSettings, Candidates, QuantizationSettings, SelectionSettings
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "w8"]

@@ -72,14 +72,14 @@ F32_SQNR_DB = 100.0
 
 
 def openvino_missing() -> str | None:
-    from edgeship.lowering.backends import BACKENDS
+    from edgeship.backends.registry import BACKENDS
 
     return BACKENDS["openvino"].available()
 
 
 def bf16_here() -> bool:
     """Whether this CPU computes bf16 (a bf16 variant is not measured here otherwise)."""
-    from edgeship.lowering.backends import BACKENDS
+    from edgeship.backends.registry import BACKENDS
 
     backend = BACKENDS["openvino"]
     return backend.unavailable_here(backend.parse_options({}), "bf16") is None

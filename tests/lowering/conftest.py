@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from edgeship import metrics
-from edgeship.lowering.backends import BACKENDS
-from edgeship.lowering.base import LowerRequest
+from edgeship.backends.base import LowerRequest
+from edgeship.backends.registry import BACKENDS
 from edgeship.lowering.capture import Capturer
 from edgeship.profile import Variant
 

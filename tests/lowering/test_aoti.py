@@ -10,17 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from edgeship.backends.aoti.isa import LEVELS, choose_isa, compile_where
+from edgeship.backends.base import LowerRequest
+from edgeship.backends.registry import BACKENDS, depends_on_cpu
 from edgeship.devices import aoti_build, runner
 from edgeship.devices.aoti_build import vec_isa_flags
 from edgeship.devices.cpu import cpu_facts
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import LoweringError, ProfileError
-from edgeship.lowering.aoti_isa import LEVELS, choose_isa, compile_where
-from edgeship.lowering.backends import BACKENDS
-from edgeship.lowering.base import LowerRequest
 from edgeship.lowering.capture import Capturer
 from edgeship.profile import Variant
-from edgeship.quantize.cpu_choice import depends_on_cpu
 from tests import system
 from tests.lowering.conftest import sqnr_against_eager
 from tests.quantize.test_cpu_choice import EPYC, PI4, XEON
@@ -163,9 +162,9 @@ def test_compile_on_auto_compiles_on_the_device_for_a_target_of_another_architec
 
 def test_stage_key_of_an_aoti_artifact_compiled_on_the_device_does_not_depend_on_the_build_cpu(
         tmp_path, tiny_project, monkeypatch) -> None:
+    from edgeship.devices import cpu as device_cpu
     from edgeship.pipeline.plan import BuildRequest, make_plan
     from edgeship.pipeline.stagecache import StageKeys
-    from edgeship.quantize import cpu_choice
     from tests.conftest import write_profile
 
     profile = write_profile(tmp_path, '[[variants]]\nname = "a"\nbackend = "aoti"\n')
@@ -173,9 +172,9 @@ def test_stage_key_of_an_aoti_artifact_compiled_on_the_device_does_not_depend_on
     (variant,) = plan.profile.variants
     keys = {}
     for name, build in (("epyc", EPYC), ("xeon", XEON)):
-        monkeypatch.setattr(cpu_choice, "cpu_facts", lambda build=build: build)
-        keys[name] = (StageKeys(plan, [("pi", PI4)]).artifact(variant)["aoti_isa"],
-                      StageKeys(plan, [("box", EPYC)]).artifact(variant)["aoti_isa"])
+        monkeypatch.setattr(device_cpu, "cpu_facts", lambda build=build: build)
+        keys[name] = (StageKeys(plan, [("pi", PI4)]).artifact(variant)["cpu"]["aoti_isa"],
+                      StageKeys(plan, [("box", EPYC)]).artifact(variant)["cpu"]["aoti_isa"])
     assert keys["epyc"][0] == keys["xeon"][0] == {"compile_on": "device", "level": "native", "flags": []}
     assert keys["epyc"][1]["compile_on"] == "build" and keys["epyc"][1] != keys["xeon"][1]  # native code of each
     assert "compiler" in keys["epyc"][1]

@@ -5,14 +5,14 @@ import sys
 
 import pytest
 
+from edgeship.backends.registry import BACKENDS
 from edgeship.errors import LoweringError
-from edgeship.lowering.backends import BACKENDS
 from tests import system
 
 
 @pytest.fixture
 def coreml_lower(tiny_model, tmp_path):
-    from edgeship.lowering.base import LowerRequest
+    from edgeship.backends.base import LowerRequest
     from edgeship.lowering.capture import Capturer
     from edgeship.profile import Variant
 
@@ -72,8 +72,8 @@ def w8a8_program(module, x):
     import numpy as np
     import torch
 
+    from edgeship.backends.coreml.lower import _program_ops, _recapture, activation_quantized
     from edgeship.calibration import Dataset
-    from edgeship.lowering.coreml import _program_ops, _recapture, activation_quantized
 
     data = Dataset({"x": np.random.default_rng(0).random((8, *x.shape[1:]), dtype=np.float32)}, None, "test")
     notes: list[str] = []

@@ -13,11 +13,11 @@ import torch
 from torch import nn
 
 from edgeship import metrics, shapes
+from edgeship.backends.base import LowerRequest
+from edgeship.backends.registry import BACKENDS
 from edgeship.calibration.datasets import random_batch, random_dataset
 from edgeship.devices import tensorrt_engine
 from edgeship.errors import LoweringError
-from edgeship.lowering.backends import BACKENDS
-from edgeship.lowering.base import LowerRequest
 from edgeship.lowering.capture import CaptureFailed, Capturer
 from edgeship.model import load_model
 from edgeship.profile import Variant
@@ -299,8 +299,8 @@ def test_coreml_takes_int64_token_ids_as_int32_with_their_range(seq_model, tmp_p
 
 
 def test_coreml_refuses_int64_values_beyond_int32() -> None:
+    from edgeship.backends.coreml.lower import int32_notes
     from edgeship.errors import LoweringError
-    from edgeship.lowering.coreml import int32_notes
 
     spec = ModelSpec.model_validate({**SEQ, "inputs": [{**SEQ["inputs"][0], "range": [0, 2**40]}]})
     with pytest.raises(LoweringError, match=r"input input_ids: range \[0, 1.09951e\+12\) does not fit in int32"):

@@ -1,8 +1,8 @@
 """executorch: XNNPACK-delegated and portable .pte programs run in the ExecuTorch runtime."""
 from __future__ import annotations
 
-from edgeship.lowering.backends import BACKENDS
-from edgeship.lowering.base import LowerRequest
+from edgeship.backends.base import LowerRequest
+from edgeship.backends.registry import BACKENDS
 from edgeship.lowering.capture import Capturer
 from edgeship.profile import Variant
 from tests.lowering.conftest import sqnr_against_eager

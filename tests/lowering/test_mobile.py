@@ -46,8 +46,8 @@ def test_mobile_too_old_bytecode_version_fails_without_leaving_a_file(lower, tmp
 
 
 def test_mobile_refuses_a_custom_operator_the_lite_runtime_lacks(tmp_path) -> None:
-    from edgeship.lowering.backends import BACKENDS
-    from edgeship.lowering.base import LowerRequest
+    from edgeship.backends.base import LowerRequest
+    from edgeship.backends.registry import BACKENDS
     from edgeship.lowering.capture import Capturer
     from edgeship.model import load_model
     from edgeship.profile import Variant
@@ -71,8 +71,8 @@ def test_a_torch_jit_archive_is_rooted_in_the_artifacts_own_name(tiny_model, tmp
     archive (and numbers scripted classes from a process-wide counter)."""
     import zipfile
 
-    from edgeship.lowering.backends import BACKENDS
-    from edgeship.lowering.base import LowerRequest
+    from edgeship.backends.base import LowerRequest
+    from edgeship.backends.registry import BACKENDS
     from edgeship.lowering.capture import Capturer
     from edgeship.profile import Variant
 

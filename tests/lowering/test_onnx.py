@@ -37,8 +37,8 @@ def test_onnx_exports_a_data_dependent_program_twice(tmp_path) -> None:
     in the program; the fp32 variant and the int8 variant's fp32 graph both export it."""
     import torch
 
+    from edgeship.backends.onnx.lower import export_onnx
     from edgeship.lowering.capture import Capturer
-    from edgeship.lowering.onnx import export_onnx
     from edgeship.model import LoadedModel
     from edgeship.spec import ModelSpec
 

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from edgeship.backends.onnx_web.lower import WEB_REDUCE_RANGE
+from edgeship.backends.registry import BACKENDS
 from edgeship.devices.base import BROWSER_ONLY
 from edgeship.errors import ProfileError
-from edgeship.lowering.backends import BACKENDS
-from edgeship.lowering.onnx_web import WEB_REDUCE_RANGE
 from tests.lowering.conftest import sqnr_against_eager
 from tests.quantize.conftest import calib_data  # noqa: F401 (a fixture)
 from tests.quantize.test_cpu_choice import EPYC, _widest_weight
@@ -24,8 +24,8 @@ def test_onnx_web_fp32_is_a_static_batch_onnx_at_the_float_models_outputs(lower,
 def test_onnx_web_refuses_an_ir_version_the_wasm_backend_cannot_load(lower) -> None:
     import onnx
 
+    from edgeship.backends.onnx_web.lower import WEB_MAX_IR_VERSION, check_ir_version
     from edgeship.errors import LoweringError
-    from edgeship.lowering.onnx_web import WEB_MAX_IR_VERSION, check_ir_version
 
     artifact, _ = lower("onnx-web", "export")
     model = onnx.load(str(artifact.path))
@@ -38,7 +38,7 @@ def test_onnx_web_refuses_an_ir_version_the_wasm_backend_cannot_load(lower) -> N
 def test_onnx_web_int8_keeps_8_bit_weights_whatever_the_build_cpu(tiny_model, calib_data, tmp_path) -> None:  # noqa: F811
     """A build machine without VNNI would give the native onnx backend 7-bit weights; the page runs
     wasm kernels that do not saturate, so onnx-web stays at 8 bits and says why."""
-    from edgeship.lowering.base import LowerRequest
+    from edgeship.backends.base import LowerRequest
     from edgeship.lowering.capture import Capturer
     from edgeship.profile import Variant
 

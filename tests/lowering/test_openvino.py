@@ -8,15 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgeship.backends.base import LowerRequest
+from edgeship.backends.registry import BACKENDS, depends_on_cpu
 from edgeship.calibration.dataset import Dataset
 from edgeship.devices import runner
 from edgeship.devices.cpu import cpu_facts
 from edgeship.errors import LoweringError, ProfileError
-from edgeship.lowering.backends import BACKENDS
-from edgeship.lowering.base import LowerRequest
 from edgeship.lowering.capture import Capturer
 from edgeship.profile import Variant
-from edgeship.quantize.cpu_choice import depends_on_cpu
 from edgeship.quantize.settings import QuantizationSettings
 from tests import system
 from tests.lowering.conftest import sqnr_against_eager
@@ -258,9 +257,9 @@ def test_the_stage_key_of_a_bf16_variant_holds_the_target_cpus_lacking_bf16(tmp_
                                       '[[variants]]\nname = "b"\nbackend = "openvino"\n')
     plan = make_plan(BuildRequest(target=str(profile), model=str(tiny_project / "model.toml")))
     bf16, fp32 = plan.profile.variants
-    assert StageKeys(plan, [("x", XEON)]).artifact(bf16)["openvino_bf16"] == {"lacking_bf16": []}
-    assert StageKeys(plan, [("e", EPYC)]).artifact(bf16)["openvino_bf16"] == {"lacking_bf16": ["e"]}
-    assert "openvino_bf16" not in StageKeys(plan, [("e", EPYC)]).artifact(fp32)
+    assert StageKeys(plan, [("x", XEON)]).artifact(bf16)["cpu"]["openvino_bf16"] == {"lacking_bf16": []}
+    assert StageKeys(plan, [("e", EPYC)]).artifact(bf16)["cpu"]["openvino_bf16"] == {"lacking_bf16": ["e"]}
+    assert "cpu" not in StageKeys(plan, [("e", EPYC)]).artifact(fp32)
 
 
 def _widest_int8_weight(path: Path) -> dict[str, int]:

@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 import pytest
 
+from edgeship.backends.registry import BACKENDS
 from edgeship.devices import tensorrt_engine
-from edgeship.lowering.backends import BACKENDS
 from tests import system
 from tests.conftest import TESTS
 from tests.lowering.conftest import sqnr_against_eager
@@ -39,8 +39,8 @@ def test_tensorrt_opset_17_for_older_tensorrt_comes_from_a_trace_capture(lower) 
 
 
 def test_tensorrt_int8_is_symmetric_qdq_with_per_channel_weights(tiny_model, tiny_spec, tiny_project, tmp_path) -> None:
+    from edgeship.backends.base import LowerRequest
     from edgeship.calibration import load_dataset
-    from edgeship.lowering.base import LowerRequest
     from edgeship.lowering.capture import Capturer
     from edgeship.profile import Variant
 
@@ -149,7 +149,7 @@ def test_tensorrt_notes_how_the_device_builds_a_graph_with_nms(tmp_path) -> None
     import torch
     from torchvision.ops import nms
 
-    from edgeship.lowering.base import LowerRequest
+    from edgeship.backends.base import LowerRequest
     from edgeship.lowering.capture import Capturer
     from edgeship.model import LoadedModel
     from edgeship.profile import Variant

@@ -20,8 +20,8 @@ def calib_data() -> Dataset:
 @pytest.fixture
 def tiny_onnx(tiny_model, tmp_path: Path) -> Path:
     """The tiny model exported to float ONNX with a free batch dimension."""
+    from edgeship.backends.onnx.lower import export_onnx
     from edgeship.lowering.capture import Capturer
-    from edgeship.lowering.onnx import export_onnx
 
     path = tmp_path / "fp32.onnx"
     export_onnx(Capturer(tiny_model).get("export", True), 18, True, path)
@@ -31,8 +31,8 @@ def tiny_onnx(tiny_model, tmp_path: Path) -> Path:
 def lowerer(model, data: Dataset, folder: Path):
     """lower(backend, method, quantization={...}, cache=None, name="q", **options) -> (artifact, predict)
     for ``model`` calibrated on ``data``, written under ``folder``."""
-    from edgeship.lowering.backends import BACKENDS
-    from edgeship.lowering.base import LowerRequest
+    from edgeship.backends.base import LowerRequest
+    from edgeship.backends.registry import BACKENDS
     from edgeship.lowering.capture import Capturer
     from edgeship.profile import Variant
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from edgeship import api
+from edgeship.backends.onnx import quantize as qonnx
+from edgeship.backends.onnx.cpu import choose_reduce_range
 from edgeship.devices.cpu import cpu_facts
 from edgeship.errors import GateFailure
-from edgeship.quantize import onnx as qonnx
-from edgeship.quantize.cpu_choice import choose_reduce_range
 from tests.conftest import write_profile
 
 VARIANTS = """

@@ -8,15 +8,11 @@ import numpy as np
 import onnx
 import pytest
 
+from edgeship.backends.onnx.cpu import choose_reduce_range
+from edgeship.backends.openvino.cpu import choose_overflow_fix
+from edgeship.backends.registry import cpu_dependence, depends_on_cpu
 from edgeship.devices.cpu import parse_cpuinfo
-from edgeship.quantize.cpu_choice import (
-    choose_overflow_fix,
-    choose_reduce_range,
-    cpu_verdict,
-    depends_on_cpu,
-    onnx_reduce_range,
-    openvino_overflow_fix,
-)
+from edgeship.quantize.cpu_choice import cpu_verdict
 from tests.devices.test_cpu import EPYC_NO_VNNI, GRAVITON3, RPI4_AARCH64, XEON_VNNI_AMX
 
 EPYC = parse_cpuinfo(EPYC_NO_VNNI)
@@ -134,11 +130,14 @@ def test_openvino_int8_depends_on_the_cpu_unless_overflow_fix_is_set() -> None:
     def variant(precision: str = "int8", **options) -> Variant:
         return Variant(name="o", backend="openvino", precision=precision, options=options)
 
-    assert depends_on_cpu(variant()) and openvino_overflow_fix(variant(), [("edge", EPYC)])[0] == "enable"
-    assert openvino_overflow_fix(variant(), [("server", XEON)])[0] == "first_layer_only"
-    assert not depends_on_cpu(variant(overflow_fix="enable")) and openvino_overflow_fix(variant(overflow_fix="enable"),
-                                                                                       [("edge", EPYC)]) is None
-    assert not depends_on_cpu(variant("fp32")) and openvino_overflow_fix(variant("fp16"), None) is None
+    def overflow_fix(v: Variant, cpus) -> str | None:
+        return ((cpu_dependence(v, cpus) or {}).get("overflow_fix") or {}).get("value")
+
+    assert depends_on_cpu(variant()) and overflow_fix(variant(), [("edge", EPYC)]) == "enable"
+    assert overflow_fix(variant(), [("server", XEON)]) == "first_layer_only"
+    assert not depends_on_cpu(variant(overflow_fix="enable")) and overflow_fix(variant(overflow_fix="enable"),
+                                                                               [("edge", EPYC)]) is None
+    assert not depends_on_cpu(variant("fp32")) and cpu_dependence(variant("fp16"), None) is None
 
 
 def test_stage_key_of_an_openvino_int8_artifact_holds_the_overflow_choice(tmp_path, tiny_project) -> None:
@@ -150,7 +149,8 @@ def test_stage_key_of_an_openvino_int8_artifact_holds_the_overflow_choice(tmp_pa
     plan = make_plan(BuildRequest(target=str(profile), model=str(tiny_project / "model.toml")))
     (q,) = plan.profile.variants
     vnni, no_vnni = StageKeys(plan, [("host", XEON)]).artifact(q), StageKeys(plan, [("host", EPYC)]).artifact(q)
-    assert vnni["overflow_fix"]["value"] == "first_layer_only" and no_vnni["overflow_fix"]["value"] == "enable"
+    assert vnni["cpu"]["overflow_fix"]["value"] == "first_layer_only"
+    assert no_vnni["cpu"]["overflow_fix"]["value"] == "enable"
     assert vnni != no_vnni
 
 
@@ -168,14 +168,14 @@ def test_depends_on_cpu_only_for_onnx_static_int8_left_unset() -> None:
     assert not depends_on_cpu(Variant(name="t", backend="tensorrt", precision="int8"))
     assert not depends_on_cpu(Variant(name="f", backend="onnx", precision="fp32"))
     assert not depends_on_cpu(Variant(name="d", backend="onnx", precision="int8", quantization={"scheme": "dynamic"}))
-    assert onnx_reduce_range(_variant(), [("host", EPYC)])[0] is True
-    assert onnx_reduce_range(Variant(name="f", backend="onnx", precision="fp32"), [("host", EPYC)]) is None
+    assert cpu_dependence(_variant(), [("host", EPYC)])["reduce_range"]["value"] is True
+    assert cpu_dependence(Variant(name="f", backend="onnx", precision="fp32"), [("host", EPYC)]) is None
 
 
 def _lower(tiny_model, calib_data, folder: Path, cpus):
     """The tiny model lowered to static int8 ONNX (U8S8, reduce_range unset) for ``cpus``."""
-    from edgeship.lowering.backends import BACKENDS
-    from edgeship.lowering.base import LowerRequest
+    from edgeship.backends.base import LowerRequest
+    from edgeship.backends.registry import BACKENDS
     from edgeship.lowering.capture import Capturer
 
     backend, variant = BACKENDS["onnx"], _variant()
@@ -221,8 +221,9 @@ def test_stage_key_of_an_onnx_int8_artifact_holds_the_choice(tmp_path, tiny_proj
     plan = make_plan(BuildRequest(target=str(profile), model=str(tiny_project / "model.toml")))
     u8, fp32 = plan.profile.variants
     vnni, no_vnni = StageKeys(plan, [("host", XEON)]), StageKeys(plan, [("host", EPYC)])
-    assert vnni.artifact(u8)["reduce_range"]["value"] is False and no_vnni.artifact(u8)["reduce_range"]["value"]
-    assert vnni.artifact(fp32) == no_vnni.artifact(fp32) and "reduce_range" not in vnni.artifact(fp32)
+    assert vnni.artifact(u8)["cpu"]["reduce_range"]["value"] is False
+    assert no_vnni.artifact(u8)["cpu"]["reduce_range"]["value"] is True
+    assert vnni.artifact(fp32) == no_vnni.artifact(fp32) and "cpu" not in vnni.artifact(fp32)
     assert vnni.build() != no_vnni.build()
 
 

@@ -126,8 +126,8 @@ def test_fx_parts_mobile_static_int8_of_an_untraceable_model(tmp_path) -> None:
 
     import numpy as np
 
+    from edgeship.backends.pytorch_mobile.quantize import capture_like, quantize_module, quantized_engine
     from edgeship.calibration import Dataset
-    from edgeship.quantize.mobile import capture_like, quantize_module, quantized_engine
     from edgeship.quantize.settings import QuantizationSettings
 
     torch.manual_seed(0)

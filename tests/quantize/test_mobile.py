@@ -66,7 +66,7 @@ def test_mobile_int8_of_a_dict_output_model_is_traced_as_the_float_one() -> None
 
     import torch
 
-    from edgeship.quantize.mobile import capture_like
+    from edgeship.backends.pytorch_mobile.quantize import capture_like
 
     class TwoHeads(torch.nn.Module):
         def __init__(self) -> None:

@@ -161,7 +161,12 @@ def test_mobile_parts_emulation_inside_the_parts_agrees_with_the_int8_kernels() 
     """``without([])`` (every layer's observers quantizing, run inside each part) against the real
     converted model: far closer to it than either is to float, so the "auto" search and the own
     measure see what the engine does; with nothing quantized it is the float model."""
-    from edgeship.quantize.mobile import _calibrate_and_convert, one_layer_runs, qconfig_mapping, quantized_engine
+    from edgeship.backends.pytorch_mobile.quantize import (
+        _calibrate_and_convert,
+        one_layer_runs,
+        qconfig_mapping,
+        quantized_engine,
+    )
     from edgeship.quantize.observers import run_batches
 
     model = tiny_transformer()

@@ -9,8 +9,8 @@ import onnx
 import pytest
 
 from edgeship import metrics
+from edgeship.backends.onnx import quantize as qonnx
 from edgeship.cache import Cache
-from edgeship.quantize import onnx as qonnx
 from tests.quantize.conftest import keeps_the_culprit
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from edgeship.quantize import onnx as qonnx
+from edgeship.backends.onnx import quantize as qonnx
 
 
 def test_preprocess_falls_back_without_symbolic_inference_and_leaves_the_cwd_clean(tmp_path, monkeypatch) -> None:

@@ -181,3 +181,20 @@ def cxx_version() -> tuple[str | None, str]:
     except (OSError, subprocess.TimeoutExpired) as e:
         return path, f"{cxx}: {type(e).__name__}"
     return path, (out.stdout.strip().splitlines() or [cxx])[0]
+
+
+def target_isa(isa: str, compile_on: str, cpus: list[tuple[str, dict[str, Any] | None]],
+               build: dict[str, Any]) -> dict[str, Any]:
+    """What a package is made for on ``cpus``, as the stage cache keys it: where it is compiled and,
+    compiled here, the level, the flags it needs, the build CPU's flags and the compiler; compiled on
+    the device, the level only (the artifact is then the exported program, the same whatever this
+    machine's CPU). The error's text when no level fits (lowering then fails the variant with it)."""
+    where = compile_where(compile_on, cpus, build)[0]
+    try:
+        choice = choose_isa(isa, cpus, build, where)
+    except LoweringError as e:
+        return {"compile_on": where, "error": str(e)}
+    if where == "device":
+        return {"compile_on": where, "level": choice.level, "flags": list(choice.flags)}
+    return {"compile_on": where, "level": choice.level, "flags": list(choice.flags), "build_cpu": build.get("model"),
+            "build_flags": build.get("flags"), "compiler": cxx_version()[1]}

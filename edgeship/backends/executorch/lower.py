@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgeship.backends.base import Artifact, Backend, LowerRequest, require
+from edgeship.backends.executorch.quantize import quantize_pt2e
+from edgeship.backends.executorch.spec import ExecutorchSpec
 from edgeship.fsutil import atomic_write_bytes
-from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
 from edgeship.lowering.capture import check_sizes
-from edgeship.lowering.registry import ExecutorchSpec
-from edgeship.quantize.executorch import quantize_pt2e
 
 
 class ExecutorchBackend(ExecutorchSpec, Backend):

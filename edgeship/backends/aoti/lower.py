@@ -3,7 +3,7 @@ a wrapper shared library and the weights) that LibTorch C++ loads with
 ``torch::inductor::AOTIModelPackageLoader`` and Python with ``torch._inductor.aoti_load_package``.
 
 The package is native code for one architecture and instruction set, and AOTInductor does not
-cross-compile, so it is compiled where ``options.compile_on`` says (``lowering/aoti_isa.py``):
+cross-compile, so it is compiled where ``options.compile_on`` says (``backends/aoti/isa.py``):
 
 - here (``build``), for the level chosen from the target CPUs; the CPU flags it needs go into the
   package's metadata (``edgeship.cpu_flags``) and the runner refuses it on a CPU lacking one;
@@ -15,7 +15,7 @@ cross-compile, so it is compiled where ``options.compile_on`` says (``lowering/a
   counts against the job's timeout, ``[latency] timeout_s``.
 
 Inductor's own loops run with the thread count set at run time unless ``options.threads``
-compiles one in. int8 is refused at plan time (``AOTI_INT8_REFUSAL`` in lowering/registry.py).
+compiles one in. int8 is refused at plan time (``AOTI_INT8_REFUSAL`` in backends/aoti/spec.py).
 """
 from __future__ import annotations
 
@@ -29,14 +29,14 @@ from typing import Any
 import numpy as np
 
 from edgeship import outputs
+from edgeship.backends.aoti.isa import IsaChoice, choose_isa, compile_where, cxx_version, missing_flags
+from edgeship.backends.aoti.spec import AOTI_INT8_REFUSAL, AotiSpec
+from edgeship.backends.base import Artifact, Backend, LowerRequest
 from edgeship.devices import aoti_build
 from edgeship.devices.cpu import cpu_facts
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
-from edgeship.lowering.aoti_isa import IsaChoice, choose_isa, compile_where, cxx_version, missing_flags
-from edgeship.lowering.base import Artifact, Backend, LowerRequest
 from edgeship.lowering.capture import check_sizes
-from edgeship.lowering.registry import AOTI_INT8_REFUSAL, AotiSpec
 
 DEVICE_NOTE = ("the artifact is the exported program: each device compiles it for its own CPU at its first run "
                "(aoti_build.py beside the runner; needs torch and g++ there) and reuses the package after; that "

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from edgeship import shapes
+from edgeship.backends.base import Artifact, Backend, LowerRequest, require
+from edgeship.backends.onnx.lower import export_onnx, graph_details
+from edgeship.backends.tensorrt.spec import TENSORRT_QUANTIZATION, TensorrtSpec
 from edgeship.devices import tensorrt_engine
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_write_text
-from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
 from edgeship.lowering.capture import check_sizes
-from edgeship.lowering.onnx import export_onnx, graph_details
-from edgeship.lowering.registry import TENSORRT_QUANTIZATION, TensorrtSpec
 
 ENGINE_FILES = ("engine.json", "tensorrt_engine.py", "build_engine.sh")
 NMS_NOTE = ("the graph holds ONNX NonMaxSuppression, which TensorRT 10's ONNX parser builds as an INMSLayer "
@@ -104,7 +104,7 @@ class TensorrtBackend(TensorrtSpec, Backend):
     def _quantize(request: LowerRequest, fp32: Path) -> Any:
         """Symmetric int8 activations and weights (zero points 0), float biases: the Q/DQ forms
         TensorRT's parser takes (its DequantizeLinear reads int8 with a zero point of 0)."""
-        from edgeship.quantize.onnx import quantize_qdq
+        from edgeship.backends.onnx.quantize import quantize_qdq
         from edgeship.quantize.settings import QuantizationSettings
 
         if request.calibration is None:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgeship.backends.base import Backend, LowerRequest, require
+from edgeship.backends.onnx.lower import OnnxLowering
+from edgeship.backends.onnx_web.spec import OnnxWebSpec
 from edgeship.devices.base import BROWSER_ONLY
 from edgeship.errors import LoweringError
-from edgeship.lowering.base import Backend, LowerRequest, require
 from edgeship.lowering.capture import check_sizes
-from edgeship.lowering.onnx import OnnxLowering
-from edgeship.lowering.registry import OnnxWebSpec
 
 # The newest ONNX IR version onnxruntime-web 1.30's wasm backend loads (a newer one fails in the
 # page: "Unsupported model IR version: 14, max supported IR version: 13").

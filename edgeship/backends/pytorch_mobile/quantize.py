@@ -15,11 +15,11 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from edgeship.backends.base import LowerRequest
+from edgeship.backends.pytorch_mobile.spec import MOBILE_QUANTIZATION
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
-from edgeship.lowering.base import LowerRequest
 from edgeship.lowering.capture import Captured, flat_outputs, fx_tracing
-from edgeship.lowering.registry import MOBILE_QUANTIZATION
 from edgeship.quantize.autokeep import AutoKeep
 from edgeship.quantize.fx_parts import (
     FxParts,

@@ -14,11 +14,11 @@ import contextlib
 import io
 from typing import Any
 
+from edgeship.backends.base import Artifact, Backend, LowerRequest
+from edgeship.backends.pytorch_mobile.spec import PytorchMobileSpec
 from edgeship.errors import LoweringError, first_line
 from edgeship.fsutil import atomic_output_named
-from edgeship.lowering.base import Artifact, Backend, LowerRequest
 from edgeship.lowering.capture import check_sizes
-from edgeship.lowering.registry import PytorchMobileSpec
 
 
 class PytorchMobileBackend(PytorchMobileSpec, Backend):
@@ -34,7 +34,7 @@ class PytorchMobileBackend(PytorchMobileSpec, Backend):
 
     def _lower_int8(self, request: LowerRequest) -> Artifact:
         """Quantize the float module with the engine set, capture it as the variant asks, save it."""
-        from edgeship.quantize.mobile import capture_like, quantize_module, quantized_engine
+        from edgeship.backends.pytorch_mobile.quantize import capture_like, quantize_module, quantized_engine
 
         with quantized_engine(request.options.engine):
             module, quantized = quantize_module(request, request.options.engine)
@@ -66,7 +66,7 @@ class PytorchMobileBackend(PytorchMobileSpec, Backend):
     def _check_sizes(self, request: LowerRequest) -> str:
         """The saved .ptl run at min, opt and max (fp32 compared with the float model; int8 checked
         for shapes), with the variant's quantized engine, which is restored afterwards."""
-        from edgeship.quantize.mobile import quantized_engine
+        from edgeship.backends.pytorch_mobile.quantize import quantized_engine
 
         fp32 = request.variant.precision == "fp32"
         with quantized_engine(request.options.engine):

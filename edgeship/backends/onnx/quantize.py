@@ -63,7 +63,7 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
     ``reduce_range`` quantizes weights to 7 bits; unset, it is on for U8S8, whose fused x86 kernels
     without VNNI add u8 x s8 products in pairs into int16 and saturate with full 8-bit weights (the
     demo reads 15 dB instead of 30 without it), and off for S8S8. The onnx backend sets it from the
-    target CPUs instead (``quantize/cpu_choice.py``: 8 bits where they all have VNNI or are ARM).
+    target CPUs instead (``backends/onnx/cpu.py``: 8 bits where they all have VNNI or are ARM).
     ``graph_optimization`` is the level ONNX Runtime runs the QDQ model at, for the sensitivity pass;
     unset: ``all`` for U8S8 (the onnx backend's default), ``disabled`` for S8S8 (TensorRT's proxy).
     Returns the facts (details and a note); the sensitivity report, when measured, is written

@@ -12,11 +12,11 @@ import copy
 from typing import Any
 
 from edgeship import shapes
+from edgeship.backends.base import LowerRequest
+from edgeship.backends.executorch.spec import EXECUTORCH_QUANTIZATION
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
-from edgeship.lowering.base import LowerRequest
 from edgeship.lowering.capture import Captured, capture_export, free_examples
-from edgeship.lowering.registry import EXECUTORCH_QUANTIZATION
 from edgeship.quantize.autokeep import AutoKeep
 from edgeship.quantize.observers import CALIBRATION_BATCH, calibrate_observers
 from edgeship.quantize.quantized import Quantized

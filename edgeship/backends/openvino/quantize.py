@@ -5,7 +5,7 @@ as FakeQuantize nodes the CPU plugin runs with int8 kernels (VNNI, AMX where the
 The options (``preset``, ``model_type``, ``fast_bias_correction``, ``subset_size``,
 ``target_device``, ``overflow_fix``) are ``nncf.quantize``'s own, at NNCF's defaults unless the
 profile sets them, except ``subset_size`` (every calibration sample the variant draws, not NNCF's
-300) and ``overflow_fix``, chosen from the target CPUs when unset (quantize/cpu_choice.py: 7-bit
+300) and ``overflow_fix``, chosen from the target CPUs when unset (backends/openvino/cpu.py: 7-bit
 weights in every layer where a CPU without VNNI could saturate). Activation
 ranges: ``mean-minmax`` (NNCF's default for per-tensor activations: the mean over samples of each
 sample's min and max), ``minmax`` (the extremes over all samples) or ``histogram``.
@@ -35,12 +35,13 @@ from typing import Any
 
 import numpy as np
 
+from edgeship.backends.openvino.cpu import choose_overflow_fix
+from edgeship.backends.openvino.spec import OPENVINO_QUANTIZATION
 from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import LoweringError, first_line
-from edgeship.lowering.registry import OPENVINO_QUANTIZATION
 from edgeship.quantize.autokeep import AutoKeep
-from edgeship.quantize.cpu_choice import choose_overflow_fix, cpu_details, this_machine
+from edgeship.quantize.cpu_choice import cpu_details, this_machine
 from edgeship.quantize.quantized import Quantized, calibrated
 from edgeship.quantize.scope import choose_scope
 from edgeship.quantize.sensitivity import (

@@ -1,6 +1,6 @@
 """The interface every backend implements, and what lowering hands back.
 
-A backend implementation subclasses its declaration in ``lowering/registry.py`` (name, suffix,
+A backend implementation subclasses its declaration in ``backends/<name>/spec.py`` (name, suffix,
 runtime, capture methods, precisions, options) and ``Backend`` (how it lowers and loads).
 """
 from __future__ import annotations
@@ -13,12 +13,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from edgeship.backends.spec import BackendSpec, Variant
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
 from edgeship.errors import LoweringError
 from edgeship.lowering.capture import Captured
-from edgeship.lowering.registry import BackendSpec
-from edgeship.profile.models import Variant
 
 Predict = Callable[[list[np.ndarray]], list[np.ndarray]]
 
@@ -45,7 +44,7 @@ class LowerRequest:
     calibration: Callable[[], Dataset] | None = None  # the calibration samples, loaded on first call
     cache: Cache | None = None    # caches calibration results; None: no caching
     # The CPUs the artifact will run on, (device name, devices.cpu.cpu_facts()) each, for settings a
-    # quantizer picks by CPU (quantize/cpu_choice.py); None: this machine's.
+    # quantizer picks by CPU (its backend's cpu.py); None: this machine's.
     cpus: list[tuple[str, dict[str, Any] | None]] | None = None
     budget: AccuracyBudget | None = None  # the variant's accuracy gates on calibration samples
 

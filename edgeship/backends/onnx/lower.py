@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from edgeship import outputs, shapes
+from edgeship.backends.base import Artifact, Backend, LowerRequest, require
+from edgeship.backends.onnx.cpu import choose_reduce_range
+from edgeship.backends.onnx.quantize import quantize_dynamic_onnx, quantize_qdq
+from edgeship.backends.onnx.spec import ONNX_QUANTIZATION, OnnxSpec
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
-from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
 from edgeship.lowering.capture import Captured, check_sizes
-from edgeship.lowering.registry import ONNX_QUANTIZATION, OnnxSpec
-from edgeship.quantize.cpu_choice import choose_reduce_range, cpu_details, this_machine
-from edgeship.quantize.onnx import quantize_dynamic_onnx, quantize_qdq
+from edgeship.quantize.cpu_choice import cpu_details, this_machine
 from edgeship.quantize.quantized import Quantized
 from edgeship.quantize.settings import QuantizationSettings
 

@@ -18,11 +18,11 @@ import sys
 from typing import Any
 
 from edgeship import outputs, shapes
+from edgeship.backends.base import Artifact, Backend, LowerRequest, require
+from edgeship.backends.coreml.spec import CoremlSpec
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
-from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
 from edgeship.lowering.capture import Captured, flat_outputs, fx_tracing
-from edgeship.lowering.registry import CoremlSpec
 from edgeship.quantize.fx_parts import convert_parts, prepare_parts
 
 W8A8_MIN_TARGETS = ("iOS17", "iOS18", "macOS14", "macOS15")  # activation quantization needs iOS 17 ops

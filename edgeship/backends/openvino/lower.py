@@ -27,13 +27,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from edgeship.backends.base import Artifact, Backend, LowerRequest, require
+from edgeship.backends.onnx.lower import export_onnx, onnx_output_names
+from edgeship.backends.openvino.cpu import BF16_FLAGS, lacking_bf16
+from edgeship.backends.openvino.spec import OpenvinoSpec
 from edgeship.errors import LoweringError, first_line
 from edgeship.fsutil import atomic_output
-from edgeship.lowering.base import Artifact, Backend, LowerRequest, require
 from edgeship.lowering.capture import Captured, check_sizes
-from edgeship.lowering.onnx import export_onnx, onnx_output_names
-from edgeship.lowering.registry import BF16_FLAGS, OpenvinoSpec
-from edgeship.quantize.cpu_choice import cpu_details, lacking_bf16, this_machine
+from edgeship.quantize.cpu_choice import cpu_details, this_machine
 
 XML, BIN = "model.xml", "model.bin"
 RT_KEY = ["edgeship", "inference_precision"]  # where the IR records what it computes in
@@ -68,7 +69,7 @@ class OpenvinoBackend(OpenvinoSpec, Backend):
             details["converted_from"] = source
             name_and_shape(model, request.captured)
             if precision == "int8":
-                from edgeship.quantize.openvino import quantize_nncf
+                from edgeship.backends.openvino.quantize import quantize_nncf
 
                 model, quantized = quantize_nncf(model, request)
                 stable_names(model, request.captured.model.spec.name)  # and the nodes NNCF made

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgeship.backends.base import Artifact, Backend, LowerRequest
+from edgeship.backends.torchscript.spec import TorchscriptSpec
 from edgeship.fsutil import atomic_output_named
-from edgeship.lowering.base import Artifact, Backend, LowerRequest
 from edgeship.lowering.capture import check_sizes
-from edgeship.lowering.registry import TorchscriptSpec
 
 LIBTORCH_NAMESPACES = ("aten", "prim", "quantized", "_quantized", "prepacked", "mkldnn", "mkldnn_prepacked")
 

@@ -1,0 +1,81 @@
+"""The aoti backend's declaration (AOTInductor packages for LibTorch): name, suffix, runtime, capture
+methods, precisions, its int8 quantizer, its Options model and its answers to the shared hooks."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from edgeship.backends.spec import BackendSpec, TargetCpu, Variant
+from edgeship.config import StrictModel
+
+# int8 for AOTInductor, tried on this torch (2.14.1, torchao 0.18; docs/ARCHITECTURE.md "LibTorch").
+AOTI_INT8_REFUSAL = (
+    "precision \"int8\" is refused for aoti: PT2E with torchao's X86InductorQuantizer does not lower to int8 "
+    "kernels through AOTInductor on this torch. Tried on resnet18: the quantizer stops on torchvision's blocks "
+    "(\"Input partition has more than one output node\": a ReLU module called twice); with that worked around, "
+    "the .pt2 holds 20 float convolution calls and no oneDNN qconv (the int8 weights are dequantized to fp32 "
+    "at run time, pytorch/ao#4566), 30.1 ms against fp32's 30.9 ms; lowering with lower_pt2e_quantized_to_x86 "
+    "first leaves oneDNN-packed weights torch.export cannot trace (as_strided). Ship aoti-fp32, or int8 with "
+    "onnx or executorch")
+# How far a package's code may go past the baseline x86-64 instruction set: -march and Inductor's
+# vector ISA (what each level needs of the CPU it runs on is in backends/aoti/isa.py).
+AOTI_ISAS = ("auto", "native", "avx512", "avx2", "generic")
+
+
+class AotiSpec(BackendSpec):
+    """AOTInductor: a ``.pt2`` package of compiled kernels and weights for LibTorch C++ (and Python)."""
+
+    name = "aoti"
+    suffix = ".pt2"
+    runtime = "aoti"
+    capture_methods = ("export",)
+    precisions = ("fp32", "int8")
+    dynamic_shapes = None  # torch.export's ranges are compiled in; lowering runs min, opt and max
+
+    class Options(StrictModel):
+        """Options of the aoti backend."""
+
+        isa: Literal[AOTI_ISAS] = Field(  # type: ignore[valid-type]
+            "auto", description="Instruction set the package is compiled for: native (-march=native, every "
+                                "extension of the build CPU), avx512 (x86-64-v4), avx2 (x86-64-v3), generic "
+                                "(x86-64-v2, scalar loops); auto: native when every target CPU has all of the "
+                                "build CPU's extensions, else the best level all of them have; compiled on the "
+                                "device (compile_on), auto is native there.")
+        freezing: bool = Field(True, description="Fold weights into the graph as constants (batch norm into "
+                                                 "convolutions, prepacked oneDNN weights).")
+        threads: int | None = Field(
+            None, ge=1, description="Threads Inductor's own loops are compiled for; unset: the thread count "
+                                    "the runtime sets (omp_get_max_threads, the job's threads).")
+        max_autotune: bool = Field(False, description="Let Inductor benchmark kernel choices while compiling "
+                                                      "(slower builds).")
+        compile_on: Literal["auto", "build", "device"] = Field(
+            "auto", description="Where the package is compiled: build (this machine), device (the artifact is the "
+                                "exported program, compiled by each device for its own CPU at its first run and "
+                                "kept beside it; needs torch and g++ there; that first run's compile counts against "
+                                "[latency] timeout_s, so raise it for a slow board); auto: device when a target "
+                                "device is another architecture than this machine (AOTInductor does not "
+                                "cross-compile), else build.")
+
+    @classmethod
+    def reads_cpus(cls, variant: Variant) -> bool:
+        """Lowering reads the target CPUs (where to compile with compile_on auto, the level to compile
+        here for, or whether they have an x86 level's flags) unless each device compiles the package
+        for its own CPU (compile_on device, isa auto or native: the artifact is the exported program)."""
+        options = cls.parse_options(variant.options)
+        return options.compile_on != "device" or options.isa not in ("auto", "native")
+
+    @classmethod
+    def cpu_dependence(cls, variant: Variant, cpus: list[TargetCpu]) -> dict[str, Any] | None:
+        """Native code: for which instruction set and, compiled here, by which compiler (isa.target_isa)."""
+        from edgeship.backends.aoti.isa import target_isa
+        from edgeship.devices.cpu import cpu_facts
+
+        if not cls.reads_cpus(variant):
+            return None
+        options = cls.parse_options(variant.options)
+        return {"aoti_isa": target_isa(options.isa, options.compile_on, cpus, cpu_facts())}
+
+    @classmethod
+    def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        return [AOTI_INT8_REFUSAL] if precision == "int8" else []

@@ -1,0 +1,2 @@
+"""The onnx backend (ONNX Runtime): declaration and options (spec.py), lowering (lower.py), its own
+int8 quantizer (quantize.py), what it chooses by the target CPUs (cpu.py)."""

@@ -1,0 +1,2 @@
+"""The pytorch-mobile backend (PyTorch Mobile): declaration and options (spec.py), lowering (lower.py),
+its own int8 quantizer (quantize.py)."""

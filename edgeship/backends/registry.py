@@ -1,0 +1,115 @@
+"""The one registry of backends: every package under ``edgeship/backends/`` (and under the folders
+``EDGESHIP_BACKENDS_PATH`` names) that holds a ``spec.py`` is a backend.
+
+``SPECS`` (name -> declaration) is what the profile loader, the planner, the quantizers and the
+bundler read; importing it loads each backend's ``spec.py`` only, never an SDK. ``BACKENDS`` (name
+-> implementation) imports a backend's ``lower.py`` when it is first asked for, so a build loads the
+backends its profile names and no others. A new backend is a new folder: ``spec.py`` declaring a
+``BackendSpec`` subclass, ``lower.py`` a class subclassing that declaration and ``base.Backend``.
+
+Backend packages are found by listing folders, not by import statements, so nothing here names a
+backend. ``EDGESHIP_BACKENDS_PATH`` (folders separated by ``os.pathsep``) adds folders of backend
+packages kept outside edgeship; their files join edgeship's own in the stage cache's key.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import edgeship.backends as package
+from edgeship.backends.spec import SPECS, BackendSpec, TargetCpu, Variant
+
+if TYPE_CHECKING:
+    from edgeship.backends.base import Backend
+
+PATH_VARIABLE = "EDGESHIP_BACKENDS_PATH"
+HERE = Path(__file__).resolve().parent
+
+
+def extra_folders() -> list[Path]:
+    """The folders ``EDGESHIP_BACKENDS_PATH`` adds, each holding backend packages."""
+    return [Path(p).resolve() for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p.strip()]
+
+
+def _discover() -> dict[str, str]:
+    """Import every backend's declaration; each registers itself in SPECS. Returns name -> package."""
+    for folder in extra_folders():
+        if str(folder) not in package.__path__:
+            package.__path__.append(str(folder))
+    for found in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if found.ispkg and Path(found.module_finder.path, found.name, "spec.py").is_file():  # type: ignore[union-attr]
+            importlib.import_module(f"{package.__name__}.{found.name}.spec")
+    return {name: spec.__module__.rsplit(".", 1)[0] for name, spec in SPECS.items()}
+
+
+PACKAGES = _discover()
+
+
+def package_folder(name: str) -> Path:
+    """The folder of backend ``name``'s package."""
+    return Path(importlib.import_module(PACKAGES[name]).__file__ or "").parent
+
+
+def outside_sources() -> list[Path]:
+    """The folders of backend packages that live outside edgeship (their source keys the stage cache)."""
+    return sorted(folder for folder in map(package_folder, PACKAGES) if HERE not in folder.parents)
+
+
+class Implementations(Mapping[str, "Backend"]):
+    """Backend name -> its implementation, each imported (``<package>.lower``) on first use."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, Backend] = {}
+
+    def __getitem__(self, name: str) -> Backend:
+        if name not in self._made:
+            if name not in PACKAGES:
+                raise KeyError(name)
+            self._made[name] = _implementation(name)()
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(PACKAGES)
+
+    def __len__(self) -> int:
+        return len(PACKAGES)
+
+
+def _implementation(name: str) -> type[Backend]:
+    """The class in ``<package>.lower`` that implements backend ``name``'s declaration."""
+    module = importlib.import_module(f"{PACKAGES[name]}.lower")
+    declared = SPECS[name]
+    found = [cls for cls in vars(module).values() if isinstance(cls, type) and cls.__module__ == module.__name__
+             and issubclass(cls, declared) and callable(getattr(cls, "lower", None))]
+    if len(found) != 1:
+        raise RuntimeError(f"{module.__name__} must define one class implementing {declared.__name__} and "
+                           f"Backend; found {len(found)}")
+    return found[0]
+
+
+BACKENDS: Mapping[str, Backend] = Implementations()
+
+
+def depends_on_cpu(variant: Variant) -> bool:
+    """Whether lowering ``variant`` chooses a setting by its target CPUs or checks them (its backend's
+    ``reads_cpus``): the build then probes the target devices' CPUs before lowering."""
+    return SPECS[variant.backend].reads_cpus(variant)
+
+
+def cpu_dependence(variant: Variant, cpus: list[TargetCpu] | None) -> dict[str, Any] | None:
+    """What of the target CPUs (None: this machine's) ``variant``'s artifact is made from, as its
+    backend's ``cpu_dependence`` says; None when nothing."""
+    from edgeship.quantize.cpu_choice import this_machine
+
+    spec = SPECS[variant.backend]
+    if not spec.reads_cpus(variant):
+        return None
+    return spec.cpu_dependence(variant, this_machine() if cpus is None else cpus)
+
+
+__all__ = ["BACKENDS", "PACKAGES", "SPECS", "BackendSpec", "cpu_dependence", "depends_on_cpu", "outside_sources",
+           "package_folder"]

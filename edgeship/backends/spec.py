@@ -1,0 +1,92 @@
+"""What every backend declares, apart from how it lowers: the base of each ``backends/<name>/spec.py``.
+
+A declaration (a ``BackendSpec`` subclass) names the backend, its file suffix, the runtime the
+device runner uses for it, the capture methods it lowers from, its precisions, its own int8
+quantizer (``QuantizationSupport``) and its ``Options`` model, and answers the hooks shared code
+asks instead of branching on backend names (``reads_cpus``/``cpu_dependence``: what of the target
+CPUs its artifact is made from). Declaring the class registers it in ``SPECS``
+(``__init_subclass__``); ``backends/registry.py`` imports every backend's declaration, so read
+``SPECS`` from there. Nothing here imports an SDK, the pipeline or a backend.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+from edgeship.config import StrictModel, check
+from edgeship.errors import ProfileError
+from edgeship.quantize.settings import QuantizationSettings, QuantizationSupport
+
+SPECS: dict[str, type[BackendSpec]] = {}
+# A CPU an artifact will run on: (device name, its devices.cpu.cpu_facts(); None or with "error" when unknown).
+TargetCpu = tuple[str, dict[str, Any] | None]
+
+
+class Variant(Protocol):
+    """What a backend reads of a profile's variant (``profile.models.Variant`` is one; this package
+    does not import the profile, which reads the registry)."""
+
+    name: str
+    backend: str
+    precision: str
+    options: dict[str, Any]
+    quantization: QuantizationSettings | None
+
+
+class BackendSpec:
+    """A backend's declaration: name, suffix, runtime, capture methods, precisions, options."""
+
+    name: ClassVar[str]
+    suffix: ClassVar[str]
+    runtime: ClassVar[str]                      # runner runtime id
+    capture_methods: ClassVar[tuple[str, ...]]  # the capture methods it can lower from
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    # Its own int8 quantizer (schemes and methods a variant's [quantization] may name), or None.
+    quantization: ClassVar[QuantizationSupport | None] = None
+    # Whether its artifacts take a model spec's dynamic dimensions (every size from min to max):
+    # None when they do, else why not. Precision- or option-specific refusals: dynamic_shape_problems.
+    dynamic_shapes: ClassVar[str | None] = "this backend does not declare whether it takes dynamic dimensions"
+
+    class Options(StrictModel):
+        """No options."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:  # a declaration; implementations inherit their name
+            if cls.name in SPECS:
+                raise RuntimeError(f"backend {cls.name!r} declared twice")
+            SPECS[cls.name] = cls
+
+    @classmethod
+    def option_problems(cls, options: dict[str, Any]) -> list[str]:
+        return check(options, cls.Options)[1]
+
+    @classmethod
+    def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        """Combinations of precision and options this backend cannot build (checked at plan time)."""
+        return []
+
+    @classmethod
+    def dynamic_shape_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
+        """Why a variant with this precision and these options cannot take a spec's dynamic
+        dimensions (checked at plan time when the spec has some; empty when it can)."""
+        return [cls.dynamic_shapes] if cls.dynamic_shapes else []
+
+    @classmethod
+    def parse_options(cls, options: dict[str, Any]) -> Any:
+        parsed, problems = check(options, cls.Options)
+        if problems:
+            raise ProfileError("; ".join(problems))
+        return parsed
+
+    @classmethod
+    def reads_cpus(cls, variant: Variant) -> bool:
+        """Whether lowering ``variant`` chooses a setting by the CPUs its artifact will run on, or checks
+        them (the build then probes the target devices' CPUs first). Default: it does not."""
+        return False
+
+    @classmethod
+    def cpu_dependence(cls, variant: Variant, cpus: list[TargetCpu]) -> dict[str, Any] | None:
+        """What of ``cpus`` (the target CPUs; this machine's when no device is named) the variant's
+        artifact is made from, as the stage cache keys it: the setting chosen and why, the instruction
+        set, the devices lacking an instruction. None: the artifact is the same whatever the CPUs."""
+        return None

@@ -1,0 +1,1 @@
+"""The tensorrt backend (TensorRT, from ONNX): declaration and options (spec.py), lowering (lower.py)."""
