@@ -100,7 +100,7 @@ def test_ssh_device_that_keeps_dropping_gets_a_failure_record(sshd, ssh_device, 
 def test_ssh_runs_an_openvino_ir_folder_checked_by_its_sha256_and_labelled_by_what_the_plugin_ran(
         sshd, ssh_device, tmp_path, tiny_model, inputs) -> None:
     from edgeship.devices.hashing import sha256_path
-    from tests.lowering.test_openvino import _lower
+    from tests.backends.openvino.test_lower import _lower
 
     artifact, _ = _lower(tiny_model, tmp_path / "ov" / "model.openvino")
     job = Job(runtime="openvino", artifact=artifact.path, sha256=sha256_path(artifact.path), inputs=inputs,

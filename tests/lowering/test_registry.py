@@ -13,15 +13,19 @@ from edgeship.config import StrictModel
 from edgeship.errors import ProfileError
 from edgeship.quantize.settings import QuantizationSupport
 
-MODULE_FOR = {"pytorch-mobile": "mobile", "onnx-web": "onnx_web"}
 PRECISIONS = {"fp32", "fp16", "bf16", "int8", "w8"}
 CAPTURE_METHODS = {"export", "trace", "script"}
 
 
-def test_registry_every_backend_has_a_test_module() -> None:
-    here = Path(__file__).parent
-    missing = [n for n in SPECS if not (here / f"test_{MODULE_FOR.get(n, n)}.py").exists()]
-    assert not missing, f"backends without tests: {missing}"
+def test_registry_every_backend_is_one_package_with_its_tests() -> None:
+    from edgeship.backends.registry import PACKAGES, package_folder
+
+    tests = Path(__file__).parents[1] / "backends"
+    for name in SPECS:
+        folder = package_folder(name)
+        assert (folder / "spec.py").is_file() and (folder / "lower.py").is_file(), name
+        assert PACKAGES[name] == f"edgeship.backends.{folder.name}", name
+        assert list((tests / folder.name).glob("test_*.py")), f"backend {name} has no tests in {tests / folder.name}"
 
 
 def test_registry_every_declaration_has_one_implementation_of_it() -> None:

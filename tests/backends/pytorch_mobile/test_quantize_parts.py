@@ -93,7 +93,7 @@ def load(entry: str, shape: str):
     from edgeship.model import load_model
     from edgeship.spec import load_spec
 
-    return load_model(load_spec(f"tests.quantize.test_mobile_parts:{entry}", shape))
+    return load_model(load_spec(f"tests.backends.pytorch_mobile.test_quantize_parts:{entry}", shape))
 
 
 @dataclass

@@ -160,11 +160,11 @@ def test_the_int8_ir_is_the_same_in_every_process(tiny_model, tmp_path) -> None:
 
     from edgeship.devices.hashing import sha256_path
 
-    script = (f"import sys; sys.path.insert(0, {str(Path(__file__).parents[2])!r})\n"
+    script = (f"import sys; sys.path.insert(0, {str(Path(__file__).parents[3])!r})\n"
               "from pathlib import Path\n"
               "from edgeship.model import load_model\nfrom edgeship.spec import load_spec\n"
               "from edgeship.quantize.settings import QuantizationSettings\n"
-              "from tests.lowering.test_openvino import _calibration, _lower\n"
+              "from tests.backends.openvino.test_lower import _calibration, _lower\n"
               f"model = load_model(load_spec({str(tiny_model.spec.source)!r}))\n"
               "_lower(model, Path(sys.argv[1]) / 'warm' / 'model.openvino')  # moves the counters\n"
               "_lower(model, Path(sys.argv[1]) / 'q' / 'model.openvino', precision='int8',\n"
