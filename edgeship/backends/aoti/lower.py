@@ -3,7 +3,7 @@ a wrapper shared library and the weights) that LibTorch C++ loads with
 ``torch::inductor::AOTIModelPackageLoader`` and Python with ``torch._inductor.aoti_load_package``.
 
 The package is native code for one architecture and instruction set, and AOTInductor does not
-cross-compile, so it is compiled where ``options.compile_on`` says (``backends/aoti/isa.py``):
+cross-compile, so it is compiled where ``options.compile_on`` says (``backends/aoti/cpu.py``):
 
 - here (``build``), for the level chosen from the target CPUs; the CPU flags it needs go into the
   package's metadata (``edgeship.cpu_flags``) and the runner refuses it on a CPU lacking one;
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from edgeship import outputs
-from edgeship.backends.aoti.isa import IsaChoice, choose_isa, compile_where, cxx_version, missing_flags
+from edgeship.backends.aoti.cpu import IsaChoice, choose_isa, compile_where, cxx_version, missing_flags
 from edgeship.backends.aoti.spec import AOTI_INT8_REFUSAL, AotiSpec
 from edgeship.backends.base import Artifact, Backend, LowerRequest
 from edgeship.devices import aoti_build

@@ -19,7 +19,7 @@ AOTI_INT8_REFUSAL = (
     "first leaves oneDNN-packed weights torch.export cannot trace (as_strided). Ship aoti-fp32, or int8 with "
     "onnx or executorch")
 # How far a package's code may go past the baseline x86-64 instruction set: -march and Inductor's
-# vector ISA (what each level needs of the CPU it runs on is in backends/aoti/isa.py).
+# vector ISA (what each level needs of the CPU it runs on is in backends/aoti/cpu.py).
 AOTI_ISAS = ("auto", "native", "avx512", "avx2", "generic")
 
 
@@ -67,8 +67,8 @@ class AotiSpec(BackendSpec):
 
     @classmethod
     def cpu_dependence(cls, variant: Variant, cpus: list[TargetCpu]) -> dict[str, Any] | None:
-        """Native code: for which instruction set and, compiled here, by which compiler (isa.target_isa)."""
-        from edgeship.backends.aoti.isa import target_isa
+        """Native code: for which instruction set and, compiled here, by which compiler (cpu.target_isa)."""
+        from edgeship.backends.aoti.cpu import target_isa
         from edgeship.devices.cpu import cpu_facts
 
         if not cls.reads_cpus(variant):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeship.backends.aoti.isa import LEVELS, choose_isa, compile_where
+from edgeship.backends.aoti.cpu import LEVELS, choose_isa, compile_where
 from edgeship.backends.base import LowerRequest
 from edgeship.backends.registry import BACKENDS, depends_on_cpu
 from edgeship.devices import aoti_build, runner
