@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import importlib
 import os
-import pkgutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import edgeship.backends as package
 from edgeship.backends.spec import SPECS, BackendSpec, TargetCpu, Variant
+from edgeship.errors import BadInputError
 
 if TYPE_CHECKING:
     from edgeship.backends.base import Backend
@@ -31,18 +31,40 @@ HERE = Path(__file__).resolve().parent
 
 
 def extra_folders() -> list[Path]:
-    """The folders ``EDGESHIP_BACKENDS_PATH`` adds, each holding backend packages."""
-    return [Path(p).resolve() for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p.strip()]
+    """The folders ``EDGESHIP_BACKENDS_PATH`` adds, each holding backend packages (BadInputError, exit 2,
+    for one that is not a folder)."""
+    folders = [Path(p).resolve() for p in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if p.strip()]
+    for folder in folders:
+        if not folder.is_dir():
+            raise BadInputError(f"{PATH_VARIABLE}: {folder} is not a folder (it names folders of backend packages, "
+                                f"separated by {os.pathsep!r})")
+    return folders
+
+
+def _backend_packages(folder: Path) -> list[str]:
+    return sorted(p.parent.name for p in folder.glob("*/spec.py") if p.parent.name.isidentifier())
 
 
 def _discover() -> dict[str, str]:
-    """Import every backend's declaration; each registers itself in SPECS. Returns name -> package."""
+    """Import every backend's declaration; each registers itself in SPECS. Returns name -> package.
+    Packages from ``EDGESHIP_BACKENDS_PATH`` may not reuse a package name or a backend name."""
+    seen = {name: HERE for name in _backend_packages(HERE)}
     for folder in extra_folders():
+        for name in _backend_packages(folder):
+            if name in seen:
+                raise BadInputError(f"{PATH_VARIABLE}: the backend package {name!r} in {folder} has the name of "
+                                    f"the one in {seen[name]}; rename its folder")
+            seen[name] = folder
         if str(folder) not in package.__path__:
             package.__path__.append(str(folder))
-    for found in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        if found.ispkg and Path(found.module_finder.path, found.name, "spec.py").is_file():  # type: ignore[union-attr]
-            importlib.import_module(f"{package.__name__}.{found.name}.spec")
+    for name, folder in sorted(seen.items(), key=lambda item: (item[1] != HERE, item[0])):  # edgeship's first
+        try:
+            importlib.import_module(f"{package.__name__}.{name}.spec")
+        except Exception as e:
+            if folder == HERE:
+                raise
+            raise BadInputError(f"{PATH_VARIABLE}: the backend package {folder / name} could not be loaded: "
+                                f"{type(e).__name__}: {e}") from e
     return {name: spec.__module__.rsplit(".", 1)[0] for name, spec in SPECS.items()}
 
 

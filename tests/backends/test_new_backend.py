@@ -70,3 +70,20 @@ def test_a_backend_from_one_new_folder_builds_and_is_measured(tiny_project: Path
                               str(tiny_project / "model.toml"), "--out", str(tmp_path / "out2")],
                              cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert unknown.returncode == 2 and "unknown backend" in unknown.stderr + unknown.stdout  # without the path
+
+
+def test_a_bad_backends_path_is_refused_with_exit_2(tmp_path: Path) -> None:
+    clash, twice = tmp_path / "clash", tmp_path / "twice"
+    (clash / "onnx").mkdir(parents=True)
+    (clash / "onnx" / "spec.py").write_text("")
+    (twice / "again").mkdir(parents=True)
+    (twice / "again" / "spec.py").write_text(
+        'from edgeship.backends.spec import BackendSpec\n\n\nclass Again(BackendSpec):\n    name = "onnx"\n')
+    cases = {str(tmp_path / "missing"): "is not a folder", str(clash): "has the name of the one in",
+             str(twice): "could not be loaded: RuntimeError: backend 'onnx' declared twice"}
+    for path, message in cases.items():
+        proc = subprocess.run([sys.executable, "-m", "edgeship", "build", "--target", "host", "--out",
+                               str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "EDGESHIP_BACKENDS_PATH": path})
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()

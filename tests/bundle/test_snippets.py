@@ -35,7 +35,7 @@ def test_swift_snippet_loads_core_ml_and_executorch_with_the_packages_feature_na
     assert '"mask": MLFeatureValue(multiArray: mask),' in text and 'featureValue(for: "output")' in text
     assert "let module = Module(filePath: path)" in text and 'try module.load("forward")' in text
     assert "Tensor<Int64>(mask, shape: [1, 8])," in text and "try Tensor<Float>(module.forward([" in text
-    # Core ML has no int64 arrays: the package takes the int64 mask as int32 (lowering/coreml.py declares it so)
+    # Core ML has no int64 arrays: the package takes the int64 mask as int32 (backends/coreml/lower.py declares it so)
     assert "`try MLMultiArray(shape: [1, 8], dataType: .int32)` (mask is int64 in the model; Core ML takes int32)." \
         in text and "`try MLMultiArray(shape: [1, 3, 8, 8], dataType: .float32)`," in text
 

@@ -9,7 +9,7 @@ artifact's sha256 covers both (``devices/hashing.py``).
   model's flattened names (``edgeship.outputs``), so the IR is fed and read like every artifact.
 - Precision ``fp32`` keeps f32 weights, ``fp16`` compresses them to f16 (``compress_to_fp16``; the CPU
   plugin computes in f32), ``bf16`` keeps f32 weights computed in bf16, ``int8`` is NNCF's
-  post-training quantization (quantize/openvino.py). What each computes in is written into the IR's
+  post-training quantization (backends/openvino/quantize.py). What each computes in is written into the IR's
   runtime info (``edgeship/inference_precision``) and set as the plugin's INFERENCE_PRECISION_HINT
   by the runner, which refuses a CPU whose plugin would compute otherwise: left alone, the plugin runs
   an fp32 model in bf16 on CPUs with AVX512-BF16 or AMX.
