@@ -138,7 +138,6 @@ NAMING_A_BACKEND = {
     "bundle/cpp_shared/edgeship_common.hpp",
     "bundle/linux.py",
     "bundle/make.py",
-    "bundle/metadata.py",
     "bundle/platforms.py",
     "bundle/snippets.py",
     "bundle/templates/ModelLoader.kt.j2",

@@ -18,6 +18,7 @@ from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
 from edgeship.errors import LoweringError
 from edgeship.lowering.capture import Captured
+from edgeship.results import VariantResult
 
 Predict = Callable[[list[np.ndarray]], list[np.ndarray]]
 
@@ -90,6 +91,12 @@ class Backend(BackendSpec):
         """Runtime options for the device runner (``spec``: the model spec, for backends whose
         runtime needs its input sizes, e.g. TensorRT's optimization profile)."""
         return {}
+
+    def bundle_metadata(self, row: VariantResult, options: Any, toolchain: dict[str, str]) -> dict[str, Any] | None:
+        """What an app needs to run this backend's artifact (model.json's ``runtime``): the runtime, the
+        version that wrote it, what it needs. ``options``: the variant's parsed Options. None: the
+        bundle records the options and lowering details as they are."""
+        return None
 
     def runtime_label(self) -> str:
         return self.runtime

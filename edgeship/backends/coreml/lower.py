@@ -19,17 +19,23 @@ from typing import Any
 
 from edgeship import outputs, shapes
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
+from edgeship.backends.coreml.bundle import runtime_needs
 from edgeship.backends.coreml.spec import CoremlSpec
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
 from edgeship.lowering.capture import Captured, flat_outputs, fx_tracing
 from edgeship.quantize.fx_parts import convert_parts, prepare_parts
+from edgeship.results import VariantResult
 
 W8A8_MIN_TARGETS = ("iOS17", "iOS18", "macOS14", "macOS15")  # activation quantization needs iOS 17 ops
 
 
 class CoremlBackend(CoremlSpec, Backend):
     """Converts with coremltools and checks the saved package's interface; predicts only on macOS."""
+
+    def bundle_metadata(self, row: VariantResult, options: CoremlSpec.Options,
+                        toolchain: dict[str, str]) -> dict[str, Any]:
+        return runtime_needs(row, options, toolchain)
 
     def available(self, options: Any = None) -> str | None:
         if sys.platform != "darwin":

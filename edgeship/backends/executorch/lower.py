@@ -10,14 +10,20 @@ from __future__ import annotations
 from typing import Any
 
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
+from edgeship.backends.executorch.bundle import runtime_needs
 from edgeship.backends.executorch.quantize import quantize_pt2e
 from edgeship.backends.executorch.spec import ExecutorchSpec
 from edgeship.fsutil import atomic_write_bytes
 from edgeship.lowering.capture import check_sizes
+from edgeship.results import VariantResult
 
 
 class ExecutorchBackend(ExecutorchSpec, Backend):
     """Lowers an exported program with ``to_edge_transform_and_lower`` and the chosen partitioner."""
+
+    def bundle_metadata(self, row: VariantResult, options: ExecutorchSpec.Options,
+                        toolchain: dict[str, str]) -> dict[str, Any]:
+        return runtime_needs(row, options, toolchain)
 
     def available(self, options: Any = None) -> str | None:
         if options is not None and options.partitioner == "coreml":

@@ -18,6 +18,7 @@ from typing import Any
 
 from edgeship import outputs, shapes
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
+from edgeship.backends.onnx.bundle import runtime_needs
 from edgeship.backends.onnx.cpu import choose_reduce_range
 from edgeship.backends.onnx.quantize import quantize_dynamic_onnx, quantize_qdq
 from edgeship.backends.onnx.spec import ONNX_QUANTIZATION, OnnxSpec
@@ -27,6 +28,7 @@ from edgeship.lowering.capture import Captured, check_sizes
 from edgeship.quantize.cpu_choice import cpu_details, this_machine
 from edgeship.quantize.quantized import Quantized
 from edgeship.quantize.settings import QuantizationSettings
+from edgeship.results import VariantResult
 
 DYNAMO_MIN_OPSET = 18
 
@@ -75,6 +77,10 @@ class OnnxLowering:
 
 class OnnxBackend(OnnxLowering, OnnxSpec, Backend):
     """Exports with the dynamo (export) or TorchScript (trace, script) exporter; int8 by ONNX Runtime."""
+
+    def bundle_metadata(self, row: VariantResult, options: OnnxSpec.Options,
+                        toolchain: dict[str, str]) -> dict[str, Any]:
+        return runtime_needs(row, options, toolchain)
 
     def available(self, options: Any = None) -> str | None:
         try:

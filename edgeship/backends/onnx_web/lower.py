@@ -19,10 +19,12 @@ from typing import Any
 
 from edgeship.backends.base import Backend, LowerRequest, require
 from edgeship.backends.onnx.lower import OnnxLowering
+from edgeship.backends.onnx_web.bundle import runtime_needs
 from edgeship.backends.onnx_web.spec import OnnxWebSpec
 from edgeship.devices.base import BROWSER_ONLY
 from edgeship.errors import LoweringError
 from edgeship.lowering.capture import check_sizes
+from edgeship.results import VariantResult
 
 # The newest ONNX IR version onnxruntime-web 1.30's wasm backend loads (a newer one fails in the
 # page: "Unsupported model IR version: 14, max supported IR version: 13").
@@ -33,6 +35,10 @@ WEB_REDUCE_RANGE = ("8-bit weights (reduce_range off): onnxruntime-web's wasm SI
 
 class OnnxWebBackend(OnnxLowering, OnnxWebSpec, Backend):
     """Lowers like the onnx backend; int8 with 8-bit weights; IR versions the wasm backend loads."""
+
+    def bundle_metadata(self, row: VariantResult, options: OnnxWebSpec.Options,
+                        toolchain: dict[str, str]) -> dict[str, Any]:
+        return runtime_needs(row, options, toolchain)
 
     # the engine the wasm build compiles, for checks on the build machine only; every figure of an
     # onnx-web variant is measured in a browser

@@ -29,12 +29,14 @@ from typing import Any
 
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
 from edgeship.backends.onnx.lower import export_onnx, onnx_output_names
+from edgeship.backends.openvino.bundle import runtime_needs
 from edgeship.backends.openvino.cpu import BF16_FLAGS, lacking_bf16
 from edgeship.backends.openvino.spec import OpenvinoSpec
 from edgeship.errors import LoweringError, first_line
 from edgeship.fsutil import atomic_output
 from edgeship.lowering.capture import Captured, check_sizes
 from edgeship.quantize.cpu_choice import cpu_details, this_machine
+from edgeship.results import VariantResult
 
 XML, BIN = "model.xml", "model.bin"
 RT_KEY = ["edgeship", "inference_precision"]  # where the IR records what it computes in
@@ -43,6 +45,10 @@ GENERATED_NAME = re.compile(r"[A-Za-z]+_\d+")  # a node name the converter numbe
 
 class OpenvinoBackend(OpenvinoSpec, Backend):
     """Converts with ``openvino.convert_model`` (ONNX as the fallback), saves IR; int8 by NNCF."""
+
+    def bundle_metadata(self, row: VariantResult, options: OpenvinoSpec.Options,
+                        toolchain: dict[str, str]) -> dict[str, Any]:
+        return runtime_needs(row, options, toolchain)
 
     def available(self, options: Any = None) -> str | None:
         try:

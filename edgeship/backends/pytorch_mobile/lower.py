@@ -15,14 +15,20 @@ import io
 from typing import Any
 
 from edgeship.backends.base import Artifact, Backend, LowerRequest
+from edgeship.backends.pytorch_mobile.bundle import runtime_needs
 from edgeship.backends.pytorch_mobile.spec import PytorchMobileSpec
 from edgeship.errors import LoweringError, first_line
 from edgeship.fsutil import atomic_output_named
 from edgeship.lowering.capture import check_sizes
+from edgeship.results import VariantResult
 
 
 class PytorchMobileBackend(PytorchMobileSpec, Backend):
     """Lowers to a ``.ptl`` (fp32, or int8 by the FX quantizer for the chosen engine)."""
+
+    def bundle_metadata(self, row: VariantResult, options: PytorchMobileSpec.Options,
+                        toolchain: dict[str, str]) -> dict[str, Any]:
+        return runtime_needs(row, options, toolchain)
 
     def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
         return {"quantized_engine": options.engine}  # int8 kernels are packed for it when loaded
