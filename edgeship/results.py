@@ -17,6 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from edgeship.fsutil import atomic_write_text
 from edgeship.webfiles import ort_web_version
 
+# The float model's row: the first of every build (DESIGN.md: backend `eager`), every comparison's
+# baseline. Its backend id and its runtime id are this one name; ``VariantResult.is_reference`` and
+# ``devices.base.Job.is_reference`` are the only places that compare with it.
+REFERENCE = "eager"
+
 SCHEMA = 1
 TOOLCHAIN_DISTS = ("torch", "torchvision", "executorch", "torchao", "onnx", "onnxruntime", "onnxscript",
                    "coremltools", "tensorrt", "numpy", "edgeship")
@@ -189,6 +194,11 @@ class GateResult(ResultModel):
 
 class VariantResult(ResultModel):
     """One row of results.json: one artifact (or the eager float model)."""
+
+    @property
+    def is_reference(self) -> bool:
+        """The float model's row (the baseline), not an artifact."""
+        return self.backend == REFERENCE
 
     name: str
     backend: str

@@ -47,7 +47,7 @@ def _candidates(profile: Profile, results: Results, sel: Selection) -> list[tupl
     by_name = {v.name: v for v in profile.variants}
     out = []
     for row in results.variants:
-        if row.backend == "eager":
+        if row.is_reference:
             continue
         if row.name not in by_name:
             sel.leave_out(row.name, f"not a variant of profile {profile.name} (results and profile differ)")

@@ -45,7 +45,7 @@ class AdbDevice(RemoteDevice):
 
     def skip_reason(self, job: Job, host_unavailable: str | None) -> str | None:
         base = super().skip_reason(job, host_unavailable)
-        if base or job.runtime == "eager":
+        if base or job.is_reference:
             return base
         if job.runtime not in PROGRAMS:
             return (f"no native benchmark program runs {job.runtime} on Android; edgeship drives "

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from edgeship.devices.runner import decode_outputs
+from edgeship.results import REFERENCE
 
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "runner.py"
@@ -49,6 +50,11 @@ class Job:
     timeout_s: float
     options: dict[str, Any] = field(default_factory=dict)
     size: str | None = None        # "min" / "max": a dynamic-shape model's inputs at that size; None: opt
+
+    @property
+    def is_reference(self) -> bool:
+        """The float model's job (the host-only eager runtime), not an artifact's."""
+        return self.runtime == REFERENCE
 
     def document(self, artifact: str | None, inputs: str) -> dict[str, Any]:
         """The job JSON the runner reads, with paths as the device sees them."""
@@ -175,7 +181,7 @@ class Device(ABC):
     def skip_reason(self, job: Job, host_unavailable: str | None) -> str | None:
         """Why ``job`` is not run on this device (None: run it). ``host_unavailable`` is the
         backend's reason it cannot run on this machine, which matters only for local devices."""
-        if job.runtime == "eager" and self.transport != "local":
+        if job.is_reference and self.transport != "local":
             return "the eager float model runs only on the host (it needs edgeship and the model's source)"
         if job.runtime == WEB_RUNTIME and self.transport != "browser":
             return BROWSER_ONLY

@@ -187,7 +187,7 @@ class BrowserDevice(Device):
         return f"local-{socket.gethostname()}"
 
     def skip_reason(self, job: Job, host_unavailable: str | None) -> str | None:
-        if job.runtime == "eager":
+        if job.is_reference:
             return super().skip_reason(job, host_unavailable)
         if job.runtime != WEB_RUNTIME:
             return f"a browser device runs only onnxruntime-web artifacts (backend onnx-web), not {job.runtime}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from edgeship.devices.runner import Runner, TorchRunner, main, open_runner
+from edgeship.results import REFERENCE
 
 __all__ = ["EagerRunner", "Runner", "main", "open_runner"]
 
@@ -21,7 +22,7 @@ class EagerRunner(TorchRunner):
     by the build's own ``load_model``: seeded from the spec's ``seed``, so a model without weights
     file gets the same random weights here as in the build (its eager row checks it)."""
 
-    runtime = "eager"
+    runtime = REFERENCE
     imports = ("torch", "edgeship.model")
 
     def load(self) -> None:

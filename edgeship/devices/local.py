@@ -65,7 +65,7 @@ class LocalDevice(Device):
 
     def command(self, job: Job, job_file: Path) -> list[str]:
         """runner.py for ``job``; the eager model's runner as a module, since it imports edgeship."""
-        if job.runtime == "eager":
+        if job.is_reference:
             return [self.python, "-m", EAGER_MODULE, str(job_file)]
         return [self.python, str(RUNNER), str(job_file)]
 

@@ -160,8 +160,8 @@ class BuildFolder:
         except (OSError, ValueError):
             return set(), set()
         known, folders = {RESULTS, *report_names()}, set()
-        self.refuse_outside(RESULTS, [r.file or r.name for r in results.variants if r.backend != "eager"])
-        for row in (r for r in results.variants if r.backend != "eager"):
+        self.refuse_outside(RESULTS, [r.file or r.name for r in results.variants if not r.is_reference])
+        for row in (r for r in results.variants if not r.is_reference):
             folder = (row.file or row.name).split("/")[0]
             folders.add(folder)
             known.add(f"{folder}/lowering.log")

@@ -55,7 +55,7 @@ from edgeship.profile.models import Gates, Variant
 from edgeship.progress import Progress
 from edgeship.quantize.selection import select_variant
 from edgeship.quantize.settings import scheme_of
-from edgeship.results import ModelInfo, Results, VariantResult, now_utc, toolchain_versions
+from edgeship.results import REFERENCE, ModelInfo, Results, VariantResult, now_utc, toolchain_versions
 from edgeship.tasks.evaluate import TASK_GATES, TaskJudge
 
 
@@ -241,7 +241,7 @@ def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dat
 
 
 def eager_row(plan: Plan, model: LazyModel, ref: Reference) -> VariantResult:
-    return VariantResult(name="eager", backend="eager", precision="fp32",
+    return VariantResult(name=REFERENCE, backend=REFERENCE, precision="fp32",
                          notes=["the float PyTorch model: the reference every variant is compared with",
                                 *ref.judge.reading()])
 
@@ -295,7 +295,7 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
         status["result"] = f"{sum(t.reused is None for t in tasks)} measurement(s)"
     for row, _job, unavailable in jobs:
         record_measurements(row, [t for t in tasks if t.row is row], ref, current)
-        if row.backend != "eager":
+        if not row.is_reference:
             judge_row(plan, model, ref, row, unavailable)
 
 
@@ -334,7 +334,7 @@ def eager_job(plan: Plan, model: LazyModel, ref: Reference) -> Job:
     """The float model, timed by the same runner in a fresh process (host only)."""
     options = {"spec": model.spec.model_dump(mode="json"), "base_dir": str(model.spec.base_dir),
                "trust_weights": plan.request.trust_weights}
-    return _job(plan, model, ref, "eager", None, None, options)
+    return _job(plan, model, ref, REFERENCE, None, None, options)
 
 
 def artifact_job(plan: Plan, model: LazyModel, ref: Reference, item: Lowered) -> Job:

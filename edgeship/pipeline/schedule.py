@@ -102,7 +102,7 @@ def reusable(previous: Results, row: VariantResult, device: str, job: Job,
     prev = next((v for v in previous.variants if v.name == row.name and v.backend == row.backend), None)
     if prev is None:
         return None, "not in results.json"
-    same = (model_identity(previous.model) == current.model if row.backend == "eager"
+    same = (model_identity(previous.model) == current.model if row.is_reference
             else row.sha256 is not None and prev.sha256 == row.sha256)
     if not same:
         return None, "artifact changed"
@@ -231,7 +231,7 @@ def record_measurements(row: VariantResult, tasks: list[Task], ref: Reference, c
         row.accuracy = first.accuracy
         labelled = ref.data.labels is not None and ref.judge.task == "classification"
         row.notes += [f"accuracy from outputs on {first.device}"] + accuracy_notes(first.accuracy, labelled)
-    if row.backend == "eager":
+    if row.is_reference:
         row.gates = reference_gates(ref, row.accuracy)
 
 

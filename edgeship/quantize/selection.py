@@ -19,7 +19,7 @@ def select_variant(settings: SelectionSettings, rows: list[VariantResult], devic
     """Judge every built row, mark the winner's ``selected``, and return the whole judgement."""
     labelled = any(r.accuracy is not None and r.accuracy.top1 is not None for r in rows)
     budget = budget_text(settings, labelled)
-    candidates = [_judge(settings, row, device) for row in rows if row.backend != "eager"]
+    candidates = [_judge(settings, row, device) for row in rows if not row.is_reference]
     eligible = [c for c in candidates if c.eligible]
     winner = min(eligible, key=lambda c: c.p50_ms) if eligible else None
     for row in rows:

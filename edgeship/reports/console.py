@@ -98,7 +98,7 @@ def _headline_text(a: Accuracy, headline: str) -> str:
 def _device_sqnr(v: VariantResult, device: str) -> str:
     """The SQNR of the outputs ``device`` returned (the eager float model runs on the host only)."""
     row = next((lat for lat in v.latency if lat.device == device), None)
-    if v.backend == "eager":
+    if v.is_reference:
         return "-"
     if row is None or row.accuracy is None:
         return "not measured"
@@ -113,7 +113,7 @@ def _p50(v: VariantResult, device: str) -> str:
 
 
 def _gates(v: VariantResult) -> str:
-    if v.backend == "eager" and v.gates.passed:
+    if v.is_reference and v.gates.passed:
         return "reference"
     if v.gates.passed and not v.gates.checked:
         return "[yellow]not measured[/yellow]"

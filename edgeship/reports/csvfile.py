@@ -76,8 +76,8 @@ def csv_row(report: Report, line: Line, device: str | None) -> dict[str, Any] | 
     row.update({k: getattr(v, k) for k in VARIANT if k != "variant"}, variant=v.name)
     row.update({k: getattr(lat, k) if lat else None for k in LATENCY}, device=device)
     row["speedup_vs_eager"] = _speedup(report, line, lat)
-    row["lowering_seconds"] = v.lowering.seconds if v.backend != "eager" else None
-    row["lowering_reused"] = v.lowering.reused if v.backend != "eager" else None
+    row["lowering_seconds"] = v.lowering.seconds if not v.is_reference else None
+    row["lowering_reused"] = v.lowering.reused if not v.is_reference else None
     acc = line.accuracy(device)
     row.update({k: getattr(acc, k) if acc and acc.informative else None for k in ACCURACY})
     row["accuracy_informative"] = acc.informative if acc else None

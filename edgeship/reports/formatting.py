@@ -27,7 +27,7 @@ def size_text(n: int) -> str:
 
 def size(line: Line) -> Shown:
     v = line.variant
-    if v.backend == "eager":
+    if v.is_reference:
         return Shown("—")
     if v.size_bytes is None:
         return Shown(NOT_MEASURED, f"{v.name} was not built: {v.error}" if v.error else "no artifact recorded")
@@ -38,7 +38,7 @@ def built(line: Line) -> Shown:
     """Seconds lowering took (an AOTInductor package's compile); for an artifact reused from the stage
     cache, the seconds of the build that lowered it, marked so."""
     v = line.variant
-    if v.backend == "eager":
+    if v.is_reference:
         return Shown("—")
     seconds = v.lowering.seconds
     if seconds is None:
@@ -58,7 +58,7 @@ def latency(line: Line, device: str, key: str = "p50_ms") -> Shown:
 
 def speedup(report: Report, line: Line, device: str) -> Shown:
     """Eager p50 / this p50, both on ``device`` in the same build (> 1: faster than eager)."""
-    if line.variant.backend == "eager":
+    if line.variant.is_reference:
         return Shown("1.00×" if line.p50(device) is not None else "—")
     mine = line.p50(device)
     if mine is None:
@@ -125,7 +125,7 @@ def _primary_note(acc: Accuracy, key: str) -> str | None:
 
 def gates(line: Line) -> Shown:
     v = line.variant
-    if v.backend == "eager" and v.gates.passed:
+    if v.is_reference and v.gates.passed:
         return Shown("reference")
     if v.gates.passed and not v.gates.checked:
         return Shown("not measured")
@@ -314,7 +314,7 @@ def device_accuracy_tables(report: Report) -> list[DeviceAccuracyTable]:
         if len(devices) < 2:
             continue
         keys = ["top1", "sqnr_db"] if table.task == "classification" else [table.columns[0][1], "sqnr_db"]
-        lines = [ln for ln in table.lines if ln.variant.backend != "eager"]
+        lines = [ln for ln in table.lines if not ln.variant.is_reference]
         columns = [(metric_label(k), k) for k in keys] + [(f"vs {devices[0]}, SQNR", "vs_first")]
         tables.append(DeviceAccuracyTable(table.task, devices, columns, lines))
     return tables

@@ -91,7 +91,7 @@ class Report:
         return f"{', '.join(models) or 'results'} on {', '.join(targets) or 'the results store'}"
 
     def eager(self, line: Line) -> Line | None:
-        return next((ln for ln in self.lines if ln.build is line.build and ln.variant.backend == "eager"), None)
+        return next((ln for ln in self.lines if ln.build is line.build and ln.variant.is_reference), None)
 
 
 def load_builds(paths: list[Path]) -> list[Build]:
