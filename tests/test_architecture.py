@@ -22,10 +22,10 @@ DEVICE_FILES = ("devices.runner", "devices.hashing", "devices.probe", "devices.t
 # layer and those below it, never above. The picture in docs/ARCHITECTURE.md is this list.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("errors", "fsutil", "metrics", "progress", "cache", "results", "config", "entry", "spec", "outputs",
-                    "shapes", "store", "store_migrations", "calibration.dataset", "quantize.settings",
-                    "bundle.platforms", "demo", "tasks", "webfiles", "locks", "stopping",
+                    "shapes", "store", "store_migrations", "calibration.dataset", "quantize.settings", "demo", "tasks",
+                    "webfiles", "locks", "stopping",
                     *DEVICE_FILES)),
-    ("declarations", ("backends", "profile", "quantize.cpu_choice")),
+    ("declarations", ("backends", "profile", "quantize.cpu_choice", "bundle.platforms")),
     ("inputs", ("model", "calibration", "devices")),
     ("lowering", ("lowering", "quantize", "backends.base")),
     ("orchestration", ("pipeline", "reports", "bundle")),
@@ -138,7 +138,6 @@ NAMING_A_BACKEND = {
     "bundle/cpp_shared/edgeship_common.hpp",
     "bundle/linux.py",
     "bundle/make.py",
-    "bundle/platforms.py",
     "bundle/snippets.py",
     "bundle/templates/ModelLoader.kt.j2",
     "bundle/templates/ModelLoader.swift.j2",

@@ -46,6 +46,9 @@ class BackendSpec:
     # None when they do, else why not. Precision- or option-specific refusals: dynamic_shape_problems.
     dynamic_shapes: ClassVar[str | None] = "this backend does not declare whether it takes dynamic dimensions"
 
+    # The app bundle platforms (bundle/platforms.py) that take this backend's artifacts.
+    bundle_platforms: ClassVar[tuple[str, ...]] = ()
+
     class Options(StrictModel):
         """No options."""
 
@@ -77,6 +80,12 @@ class BackendSpec:
         if problems:
             raise ProfileError("; ".join(problems))
         return parsed
+
+    @classmethod
+    def platform_problem(cls, platform: str, options: dict[str, Any]) -> str | None:
+        """Why a variant with these options cannot go into a ``platform`` bundle although the backend's
+        artifacts can (None: it can)."""
+        return None
 
     @classmethod
     def reads_cpus(cls, variant: Variant) -> bool:

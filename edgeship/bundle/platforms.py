@@ -1,56 +1,54 @@
-"""The app platforms a bundle is made for, and which artifacts each one takes.
+"""The app platforms a bundle is made for: where each one's artifacts go in the zip, its loading
+snippet, whether it takes the variant's whole folder (scripts and settings beside the model) and
+whether it is also written unpacked (a static site). Which backends' artifacts go into which
+platform each backend declares (``bundle_platforms``, ``platform_problem`` in its ``spec.py``).
 
-android: ExecuTorch ``.pte`` (not delegated to an Apple-only backend) and PyTorch Mobile ``.ptl``
-under ``assets/``, with a Kotlin loading snippet. ios: Core ML ``.mlpackage`` folders and
-ExecuTorch ``.pte`` under ``Models/``, with a Swift snippet. jetson: the ONNX (fp32 and QDQ)
-and TensorRT variants' whole folders (the engine is built on the device from what they hold),
-and the device runner. web: onnxruntime-web ``.onnx`` (onnx-web) under ``models/``, as a static
-site (a demo page, an ES module that loads and runs the model, onnxruntime-web's wasm files),
-written as a zip and, by ``edgeship bundle``, unpacked beside it. linux: AOTInductor ``.pt2`` and
-TorchScript ``.pt`` under ``models/``, with a C++ application (``cpp/``: CMake, LibTorch) that
-loads and times them (linux.py). x86: OpenVINO IR folders (``model.openvino/``: model.xml and
-model.bin) and ONNX under ``models/<variant>/``, with Python programs that run them with the
-OpenVINO runtime and ONNX Runtime, and a C++ one (``cpp/``: CMake, ``ov::Core``) for the IRs
-(x86.py). ONNX goes in because an x86 box runs ONNX Runtime as naturally as OpenVINO, the x86
-profile builds and measures both, and a ``fastest`` bundle must be able to pick either.
+android: ``assets/`` with a Kotlin loading snippet; ios: ``Models/`` with a Swift snippet; jetson:
+the variants' whole folders (an engine is built on the device from what they hold) and the device
+runner; web: a static site (a demo page, an ES module that loads and runs the model, the runtime's
+wasm files) under ``models/``, unpacked beside the zip by ``edgeship bundle``; linux: ``models/``
+with a C++ application (``cpp/``: CMake, LibTorch; linux.py); x86: ``models/<variant>/`` with
+Python programs and a C++ one (x86.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-APPLE_ONLY_PARTITIONERS = ("coreml", "mps")
+from edgeship.backends.registry import SPECS
 
 
 @dataclass(frozen=True)
 class Platform:
-    """Where a platform's artifacts go in the zip and which backends it takes."""
+    """Where a platform's artifacts go in the zip; the backends it takes are those that name it
+    (``BackendSpec.bundle_platforms``)."""
 
     name: str
-    backends: tuple[str, ...]
     folder: str
     snippet: str | None       # template under bundle/templates, rendered to the same name without .j2
     whole_folder: bool        # copy the variant's folder (scripts beside the model), not only the artifact
     unpacked: bool = False    # also written as a folder beside the zip (a static site, ready to serve)
     by_variant: bool = False  # each artifact (file or folder) under <folder>/<variant>/ by its own name
 
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The backends whose artifacts go into this platform's bundles."""
+        return tuple(name for name, spec in SPECS.items() if self.name in spec.bundle_platforms)
+
     def refuses(self, backend: str, options: dict[str, Any]) -> str | None:
         """None when this platform takes such an artifact, else why not."""
         if backend not in self.backends:
             return f"{self.name} bundles take {' and '.join(self.backends)} artifacts, not {backend}"
-        partitioner = options.get("partitioner")
-        if self.name == "android" and partitioner in APPLE_ONLY_PARTITIONERS:
-            return f"an ExecuTorch program delegated to {partitioner} runs only on Apple platforms"
-        return None
+        return SPECS[backend].platform_problem(self.name, options)
 
 
 PLATFORMS: dict[str, Platform] = {
-    "android": Platform("android", ("executorch", "pytorch-mobile"), "assets", "ModelLoader.kt.j2", False),
-    "ios": Platform("ios", ("coreml", "executorch"), "Models", "ModelLoader.swift.j2", False),
-    "jetson": Platform("jetson", ("onnx", "tensorrt"), "models", None, True),
-    "web": Platform("web", ("onnx-web",), "models", None, False, unpacked=True),
-    "linux": Platform("linux", ("aoti", "torchscript"), "models", None, False),
-    "x86": Platform("x86", ("openvino", "onnx"), "models", None, False, by_variant=True),
+    "android": Platform("android", "assets", "ModelLoader.kt.j2", False),
+    "ios": Platform("ios", "Models", "ModelLoader.swift.j2", False),
+    "jetson": Platform("jetson", "models", None, True),
+    "web": Platform("web", "models", None, False, unpacked=True),
+    "linux": Platform("linux", "models", None, False),
+    "x86": Platform("x86", "models", None, False, by_variant=True),
 }
 
 

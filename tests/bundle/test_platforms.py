@@ -33,7 +33,7 @@ def test_platforms_take_only_their_artifacts() -> None:
     assert "not onnx-web" in jetson.refuses("onnx-web", {}) and web.unpacked and not jetson.unpacked
     x86 = PLATFORMS["x86"]
     assert x86.refuses("openvino", {}) is None and x86.refuses("onnx", {}) is None and x86.by_variant
-    assert x86.refuses("tensorrt", {}) == "x86 bundles take openvino and onnx artifacts, not tensorrt"
+    assert x86.refuses("tensorrt", {}) == "x86 bundles take onnx and openvino artifacts, not tensorrt"
     assert "not openvino" in jetson.refuses("openvino", {}) and "not openvino" in PLATFORMS["linux"].refuses(
         "openvino", {})
 
@@ -55,7 +55,7 @@ def test_profile_bundle_section_loads(tmp_path: Path) -> None:
     ('platforms = ["windows"]',
      'bundle.platforms[0] = "windows": not allowed; one of: android, ios, jetson, linux, web, x86'),
     ('platforms = ["x86"]\nvariants = ["pte"]',
-     'bundle.variants[0] = "pte": no platform listed takes it (x86 bundles take openvino and onnx artifacts, '
+     'bundle.variants[0] = "pte": no platform listed takes it (x86 bundles take onnx and openvino artifacts, '
      'not executorch)'),
     ('platforms = ["web"]', 'bundle.platforms[0] = "web": no variant of this profile goes into it; web bundles '
                             'take onnx-web artifacts'),

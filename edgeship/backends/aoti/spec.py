@@ -30,6 +30,7 @@ class AotiSpec(BackendSpec):
     suffix = ".pt2"
     runtime = "aoti"
     capture_methods = ("export",)
+    bundle_platforms = ("linux",)
     precisions = ("fp32", "int8")
     dynamic_shapes = None  # torch.export's ranges are compiled in; lowering runs min, opt and max
 

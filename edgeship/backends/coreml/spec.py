@@ -20,6 +20,7 @@ class CoremlSpec(BackendSpec):
     suffix = ".mlpackage"
     runtime = "coreml"
     capture_methods = ("export", "trace")
+    bundle_platforms = ("ios",)
     precisions = ("fp16", "fp32", "w8", "int8")
     dynamic_shapes = None  # ct.RangeDim per dynamic dimension
 

@@ -16,6 +16,9 @@ EXECUTORCH_QUANTIZATION = QuantizationSupport(
     engines="PT2E with the XNNPACK quantizer")
 
 
+APPLE_ONLY_PARTITIONERS = ("coreml", "mps")  # delegates whose programs run on Apple platforms only
+
+
 class ExecutorchSpec(BackendSpec):
     """ExecuTorch: a ``.pte`` program delegated to XNNPACK, to Core ML, or portable operators only."""
 
@@ -23,6 +26,7 @@ class ExecutorchSpec(BackendSpec):
     suffix = ".pte"
     runtime = "executorch"
     capture_methods = ("export",)
+    bundle_platforms = ("android", "ios")
     precisions = ("fp32", "fp16", "int8")
     quantization = EXECUTORCH_QUANTIZATION
     dynamic_shapes = None  # upper-bounded: memory is planned for the max sizes
@@ -37,6 +41,13 @@ class ExecutorchSpec(BackendSpec):
             "iOS16", description="With partitioner coreml: the oldest OS the delegated program runs on.")
         compute_units: COMPUTE_UNITS = Field(  # type: ignore[valid-type]
             "ALL", description="With partitioner coreml: compute units Core ML may use.")
+
+    @classmethod
+    def platform_problem(cls, platform: str, options: dict[str, Any]) -> str | None:
+        partitioner = options.get("partitioner")
+        if platform == "android" and partitioner in APPLE_ONLY_PARTITIONERS:
+            return f"an ExecuTorch program delegated to {partitioner} runs only on Apple platforms"
+        return None
 
     @classmethod
     def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:

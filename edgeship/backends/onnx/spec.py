@@ -22,6 +22,7 @@ class OnnxSpec(BackendSpec):
     suffix = ".onnx"
     runtime = "onnxruntime"
     capture_methods = ("export", "trace", "script")
+    bundle_platforms = ("jetson", "x86")
     precisions = ("fp32", "int8")
     quantization = ONNX_QUANTIZATION
     dynamic_shapes = None  # free dimensions named by the spec's groups

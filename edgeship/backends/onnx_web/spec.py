@@ -24,6 +24,7 @@ class OnnxWebSpec(BackendSpec):
     suffix = ".onnx"
     runtime = "onnxruntime-web"
     capture_methods = ("export", "trace", "script")
+    bundle_platforms = ("web",)
     precisions = ("fp32", "fp16", "int8")
     quantization = ONNX_QUANTIZATION
     dynamic_shapes = None  # the same free dimensions as the onnx backend; wasm sessions take any size

@@ -29,6 +29,7 @@ class OpenvinoSpec(BackendSpec):
     suffix = ".openvino"
     runtime = "openvino"
     capture_methods = ("export", "trace", "script")
+    bundle_platforms = ("x86",)
     precisions = ("fp32", "bf16", "fp16", "int8")
     quantization = OPENVINO_QUANTIZATION
     dynamic_shapes = None  # bounded dimensions (min..max) in the IR's input shapes

@@ -22,6 +22,7 @@ class PytorchMobileSpec(BackendSpec):
     suffix = ".ptl"
     runtime = "pytorch-mobile"
     capture_methods = ("trace", "script")
+    bundle_platforms = ("android",)
     precisions = ("fp32", "int8")
     quantization = MOBILE_QUANTIZATION
     dynamic_shapes = None  # TorchScript keeps sizes symbolic where the code does; lowering runs min, opt and max

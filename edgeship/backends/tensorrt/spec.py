@@ -25,6 +25,7 @@ class TensorrtSpec(BackendSpec):
     suffix = ".onnx"
     runtime = "tensorrt"
     capture_methods = ("export", "trace", "script")
+    bundle_platforms = ("jetson",)
     precisions = ("fp32", "fp16", "int8")
     quantization = TENSORRT_QUANTIZATION
     dynamic_shapes = None  # one optimization profile: min, opt and max shapes

@@ -15,6 +15,7 @@ class TorchscriptSpec(BackendSpec):
     suffix = ".pt"
     runtime = "torchscript"
     capture_methods = ("trace", "script")
+    bundle_platforms = ("linux",)
     precisions = ("fp32",)
     dynamic_shapes = None  # TorchScript keeps sizes symbolic where the code does; lowering runs min, opt and max
 
