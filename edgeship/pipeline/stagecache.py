@@ -5,8 +5,9 @@ Three levels, all in :mod:`edgeship.cache` (``artifacts/.cache``, entries writte
 - **artifact** (per variant): the variant's folder and what lowering learned (``lowered.json``,
   with the artifact's sha256; the entry lists every file's sha256), keyed by the model
   (spec, weights sha256, the entry module's source), the variant's settings, the capture order,
-  the calibration data and settings it used, a setting chosen by target CPU (ONNX's reduce_range,
-  with the reason naming the CPUs), the toolchain versions and edgeship's own source;
+  the calibration data and settings it used, what of the target CPUs the artifact is made from (its
+  backend's ``cpu_dependence``: a setting chosen and the reason naming the CPUs, an instruction
+  set), the toolchain versions and edgeship's own source (and that of backends kept outside it);
 - **reference**: the evaluation inputs, the float model's outputs on them and the model's facts
   (parameters, FLOPs), keyed by the model, the evaluation data and settings;
 - **build**: the key of everything a build reads. An unchanged re-build finds its key in the

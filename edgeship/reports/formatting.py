@@ -35,7 +35,7 @@ def size(line: Line) -> Shown:
 
 
 def built(line: Line) -> Shown:
-    """Seconds lowering took (an AOTInductor package's compile); for an artifact reused from the stage
+    """Seconds lowering took (a compiled package's compile included); for an artifact reused from the stage
     cache, the seconds of the build that lowered it, marked so."""
     v = line.variant
     if v.is_reference:
@@ -347,7 +347,7 @@ def why_no_accuracy_on(line: Line, device: str) -> str:
 
 def cpu_choices(report: Report) -> list[tuple[str, str]]:
     """(variant, why) for every setting a quantizer chose from the target CPUs (the ``*_reason``
-    entries of ``lowering.details.quantization``: ONNX Runtime's reduce_range, NNCF's overflow_fix)."""
+    entries of ``lowering.details.quantization``, each backend's own: see its ``cpu.py``)."""
     found = []
     for line in report.lines:
         quantization = line.variant.lowering.details.get("quantization") or {}
