@@ -160,7 +160,6 @@ NAMING_A_BACKEND = {
     "devices/native.py",
     "devices/qemu.py",
     "devices/runner.py",
-    "devices/ssh.py",
     "devices/tensorrt_engine.py",
     "errors.py",
     "lowering/capture.py",

@@ -13,15 +13,16 @@ from typing import Any
 
 import numpy as np
 
+from edgeship.devices.protocol import PROTOCOL_VERSION
 from edgeship.devices.runner import decode_outputs
 
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "runner.py"
 # What goes to a device beside each job: the runner and the sibling modules it imports (it
-# imports nothing of edgeship there): artifact hashing, the TensorRT engine builder, the
-# AOTInductor package compiler, the CPU facts.
-RUNNER_FILES = {name: HERE / name for name in ("runner.py", "hashing.py", "tensorrt_engine.py", "aoti_build.py",
-                                               "cpu.py")}
+# imports nothing of edgeship there): the job and result protocol, artifact hashing, the TensorRT
+# engine builder, the AOTInductor package compiler, the CPU facts.
+RUNNER_FILES = {name: HERE / name for name in ("runner.py", "protocol.py", "hashing.py", "tensorrt_engine.py",
+                                               "aoti_build.py", "cpu.py")}
 PROBE = HERE / "probe.py"
 # What `devices check` sends: the probe, and the runner it imports to list the runtimes.
 PROBE_FILES = {"probe.py": PROBE, **RUNNER_FILES}
@@ -51,9 +52,9 @@ class Job:
     size: str | None = None        # "min" / "max": a dynamic-shape model's inputs at that size; None: opt
 
     def document(self, artifact: str | None, inputs: str) -> dict[str, Any]:
-        """The job JSON the runner reads, with paths as the device sees them."""
-        return {"runtime": self.runtime, "artifact": artifact, "sha256": self.sha256, "inputs": inputs,
-                "input_names": self.input_names, "batch": self.batch, "warmup": self.warmup,
+        """The job JSON the runner reads, with paths as the device sees them (protocol.py's job fields)."""
+        return {"protocol": PROTOCOL_VERSION, "runtime": self.runtime, "artifact": artifact, "sha256": self.sha256,
+                "inputs": inputs, "input_names": self.input_names, "batch": self.batch, "warmup": self.warmup,
                 "iterations": self.iterations, "threads": self.threads, "options": self.options,
                 "outputs": "outputs.npz", "result": "result.json", "deadline_s": self.timeout_s}
 
