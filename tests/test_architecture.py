@@ -15,8 +15,8 @@ from tests import system
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "edgeship"
 CYCLES_TOOL = REPO.parent / "shared" / "tools" / "import_cycles.py"
-DEVICE_FILES = ("devices.runner", "devices.hashing", "devices.probe", "devices.tensorrt_engine", "devices.postprocess",
-                "devices.cpu", "devices.aoti_build")
+DEVICE_FILES = ("devices.runner", "devices.protocol", "devices.hashing", "devices.probe", "devices.tensorrt_engine",
+                "devices.postprocess", "devices.cpu", "devices.aoti_build")
 
 # Lowest first. A module belongs to the layer of its longest listed prefix and may import its own
 # layer and those below it, never above. The picture in docs/ARCHITECTURE.md is this list.
@@ -159,7 +159,6 @@ NAMING_A_BACKEND = {
     "devices/native.py",
     "devices/qemu.py",
     "devices/runner.py",
-    "devices/ssh.py",
     "devices/tensorrt_engine.py",
     "errors.py",
     "lowering/capture.py",

@@ -37,7 +37,7 @@ from edgeship.spec import ModelSpec
 from edgeship.tasks.evaluate import task_anchors
 
 BUNDLE_FORMAT = 1
-# The device runner and the companions it imports from its own folder (hashing, TensorRT builder).
+# The device runner and the companions it imports from its own folder (protocol, hashing, TensorRT builder).
 DEVICE_FILES = {f"runner/{name}": path for name, path in RUNNER_FILES.items()}
 POSTPROCESS = DEVICE_DIR / "postprocess.py"  # detection decoding for models deployed as raw head outputs
 

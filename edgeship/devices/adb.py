@@ -21,14 +21,28 @@ from edgeship.devices.base import (
     MeasurementError,
     RemoteDevice,
     TransportError,
+    checked_result,
     pid_then_exec,
 )
-from edgeship.devices.native import PROGRAMS
+from edgeship.devices.native import PROGRAMS, NativeTimings
+from edgeship.devices.protocol import result_document
 from edgeship.errors import one_of
 
 CONNECTION_ERRORS = ("device offline", "not found", "no devices", "error: closed", "device unauthorized",
                      "protocol fault", "connection reset")
 PROPS = {"os": "ro.build.version.release", "arch": "ro.product.cpu.abi", "model": "ro.product.model"}
+
+
+def native_result(job: Job, program: str, timings: NativeTimings) -> dict[str, Any]:
+    """The result document of a native benchmark program's run (a runner's, as protocol.py has it):
+    its per-run times, or only the mean it printed (``summary_ms``, no percentiles; measure() reads
+    it as is); no outputs."""
+    doc = result_document(ok=True, runtime=job.runtime, runtime_version=f"{job.runtime} ({program})",
+                          threads=job.threads, load_ms=timings.load_ms, peak_rss_mb=None, samples=0,
+                          timings_ms=timings.timings_ms or [])
+    if not timings.timings_ms:
+        doc["summary_ms"] = {"mean_ms": timings.mean_ms}
+    return checked_result(doc, f"the result of {program}")
 
 
 class AdbDevice(RemoteDevice):
@@ -71,15 +85,9 @@ class AdbDevice(RemoteDevice):
             notes = self._remove(remote)
         (workdir / "native.log").write_text(text)
         timings = spec.parse(text, job.warmup)
-        doc = {"ok": True, "runtime": job.runtime, "runtime_version": f"{job.runtime} ({spec.program})",
-               "threads": job.threads, "load_ms": timings.load_ms, "peak_rss_mb": None, "samples": 0}
-        if timings.timings_ms:
-            doc["timings_ms"] = timings.timings_ms
-        else:  # the program printed only a mean: no percentiles (measure() reads summary_ms as is)
-            doc["summary_ms"] = {"mean_ms": timings.mean_ms}
         why = (f"accuracy not measured on {self.name}: {spec.program} runs all-ones inputs and returns "
                "no outputs to compare")
-        return JobResult(doc, [], notes + timings.notes + [why])
+        return JobResult(native_result(job, spec.program, timings), [], notes + timings.notes + [why])
 
     def shell_args(self, script: str) -> list[str]:
         return self.adb_args("shell", script)

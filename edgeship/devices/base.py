@@ -13,16 +13,17 @@ from typing import Any
 
 import numpy as np
 
+from edgeship.devices.protocol import PROTOCOL_VERSION, other_version, result_problems
 from edgeship.devices.runner import decode_outputs
 from edgeship.results import REFERENCE
 
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "runner.py"
 # What goes to a device beside each job: the runner and the sibling modules it imports (it
-# imports nothing of edgeship there): artifact hashing, the TensorRT engine builder, the
-# AOTInductor package compiler, the CPU facts.
-RUNNER_FILES = {name: HERE / name for name in ("runner.py", "hashing.py", "tensorrt_engine.py", "aoti_build.py",
-                                               "cpu.py")}
+# imports nothing of edgeship there): the job and result protocol, artifact hashing, the TensorRT
+# engine builder, the AOTInductor package compiler, the CPU facts.
+RUNNER_FILES = {name: HERE / name for name in ("runner.py", "protocol.py", "hashing.py", "tensorrt_engine.py",
+                                               "aoti_build.py", "cpu.py")}
 PROBE = HERE / "probe.py"
 # What `devices check` sends: the probe, and the runner it imports to list the runtimes.
 PROBE_FILES = {"probe.py": PROBE, **RUNNER_FILES}
@@ -57,9 +58,9 @@ class Job:
         return self.runtime == REFERENCE
 
     def document(self, artifact: str | None, inputs: str) -> dict[str, Any]:
-        """The job JSON the runner reads, with paths as the device sees them."""
-        return {"runtime": self.runtime, "artifact": artifact, "sha256": self.sha256, "inputs": inputs,
-                "input_names": self.input_names, "batch": self.batch, "warmup": self.warmup,
+        """The job JSON the runner reads, with paths as the device sees them (protocol.py's job fields)."""
+        return {"protocol": PROTOCOL_VERSION, "runtime": self.runtime, "artifact": artifact, "sha256": self.sha256,
+                "inputs": inputs, "input_names": self.input_names, "batch": self.batch, "warmup": self.warmup,
                 "iterations": self.iterations, "threads": self.threads, "options": self.options,
                 "outputs": "outputs.npz", "result": "result.json", "deadline_s": self.timeout_s}
 
@@ -77,16 +78,20 @@ class JobResult:
         """The result.json and outputs.npz a runner wrote into ``folder``. Raises MeasurementError
         when it wrote no result (the last lines of ``output``, what it printed, say why) or the
         artifact is not made for the device's CPU (not run there, by design), RunnerError when its
-        result reports a failure."""
+        result reports a failure or does not follow the device protocol (protocol.py)."""
         if not (folder / "result.json").exists():
             tail = output.strip().splitlines()[-3:]
             raise RunnerLost(f"runner {exit_words(exit_code)} without a result"
                              + (f": {' | '.join(tail)}" if tail else " (it printed nothing)"))
-        doc = json.loads((folder / "result.json").read_text())
-        if not doc.get("ok") and doc.get("not_for_this_cpu"):
-            raise MeasurementError(doc.get("error", "not for this CPU"))
-        if not doc.get("ok"):
-            raise RunnerError(doc.get("error", "runner failed"))
+        try:
+            doc = json.loads((folder / "result.json").read_text())
+        except ValueError as e:
+            raise RunnerError(f"the runner's result.json is not JSON ({e})") from None
+        doc = checked_result(doc, "the runner's result.json")
+        if not doc["ok"] and doc.get("not_for_this_cpu"):
+            raise MeasurementError(doc["error"])
+        if not doc["ok"]:
+            raise RunnerError(doc["error"])
         outputs: list[np.ndarray | list[np.ndarray]] = []
         if (folder / "outputs.npz").exists():
             with np.load(folder / "outputs.npz", allow_pickle=False) as npz:
@@ -122,6 +127,21 @@ def exit_words(code: int) -> str:
     if code < 0:
         return f"killed by signal {number} ({name}{hint})"
     return f"exited {code} (signal {number}, {name}{hint}, as a shell reports it)"
+
+
+def checked_result(doc: Any, what: str) -> dict[str, Any]:
+    """``doc``, a result document (``what`` names it), when it follows the device protocol; else a
+    RunnerError that names each key at fault (a runner of another protocol version: both versions,
+    and its error, if it reports one), before anything reads a key of it."""
+    problems = result_problems(doc)
+    if not problems:
+        return doc
+    error = doc.get("error") if isinstance(doc, dict) else None
+    said = f" (its error: {error})" if isinstance(error, str) else ""
+    if other_version(doc) is not None:
+        raise RunnerError(f"{what} is device protocol {doc['protocol']!r}; this edgeship reads protocol "
+                          f"{PROTOCOL_VERSION}: it came from a runner.py of another edgeship{said}")
+    raise RunnerError(f"{what} does not follow device protocol {PROTOCOL_VERSION}: {'; '.join(problems)}{said}")
 
 
 class TransportError(MeasurementError):

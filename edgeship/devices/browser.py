@@ -38,7 +38,9 @@ from edgeship.devices.base import (
     JobResult,
     MeasurementError,
     RunnerError,
+    checked_result,
 )
+from edgeship.devices.protocol import result_document
 from edgeship.devices.runner import batches, check_sha256, merge_batches
 from edgeship.webfiles import ORT_FILES, ort_web_package, ort_web_version
 
@@ -214,13 +216,7 @@ class BrowserDevice(Device):
         if threads and threads > 1 and info["threads"] != threads:
             notes.append(f"asked for {threads} wasm threads, onnxruntime-web ran {info['threads']} "
                          f"(cross-origin isolated: {info['crossOriginIsolated']})")
-        doc = {"ok": True, "runtime": job.runtime, "threads": info["threads"], "load_ms": info["loadMs"],
-               "timings_ms": timings, "other_cpu_load": None, "peak_rss_mb": None, "samples": session.samples,
-               "runtime_version": runtime_label(info, session.chromium),
-               "browser": {"chromium": session.chromium, "user_agent": info["userAgent"],
-                           "cross_origin_isolated": info["crossOriginIsolated"],
-                           "hardware_concurrency": info["hardwareConcurrency"]},
-               "host": {"platform": "browser", "cpus": info["hardwareConcurrency"]}}
+        doc = page_result(job, info, timings, session.samples, session.chromium)
         (workdir / "result.json").write_text(json.dumps(doc, indent=1))
         return JobResult(doc, merged, notes)
 
@@ -392,6 +388,19 @@ class PageSession:
                   for name, a in zip(job.input_names, data[0])]
         return {"artifact": "model.onnx", "external_data": external, "inputs": inputs, "batches": files,
                 "options": job.options}
+
+
+def page_result(job: Job, info: dict[str, Any], timings: list[float], samples: int, chromium: str) -> dict[str, Any]:
+    """The result document of a job run in the page (a runner's, as protocol.py has it): ``info`` is
+    what the page said when it loaded the model, ``timings`` its timed runs."""
+    doc = result_document(
+        ok=True, runtime=job.runtime, threads=info["threads"], load_ms=info["loadMs"], timings_ms=timings,
+        other_cpu_load=None, peak_rss_mb=None, samples=samples, runtime_version=runtime_label(info, chromium),
+        browser={"chromium": chromium, "user_agent": info["userAgent"],
+                 "cross_origin_isolated": info["crossOriginIsolated"],
+                 "hardware_concurrency": info["hardwareConcurrency"]},
+        host={"platform": "browser", "cpus": info["hardwareConcurrency"]})
+    return checked_result(doc, "the browser's result")
 
 
 def runtime_label(info: dict[str, Any], chromium: str) -> str:

@@ -4,9 +4,11 @@
 
 Runs on the device (or in a fresh process on the host). Needs only the standard library, numpy
 and the runtime the job names, so it runs on a stock JetPack or macOS Python; it is copied to the
-device beside the artifact, with its companions hashing.py, tensorrt_engine.py, aoti_build.py and
-cpu.py, and imports nothing of edgeship. The job (JSON) names the runtime, the artifact and its sha256, an inputs
-``.npz`` (one array per input, N samples), the batch size, warmup, iterations and threads.
+device beside the artifact, with its companions protocol.py, hashing.py, tensorrt_engine.py, aoti_build.py
+and cpu.py, and imports nothing of edgeship. The job (JSON) names the runtime, the artifact and its sha256, an inputs
+``.npz`` (one array per input, N samples), the batch size, warmup, iterations and threads; its fields, and the
+result's, are protocol.py's, which the runner checks the job against (a job of another protocol version is
+refused, naming both) and builds the result through.
 The runner checks the artifact's sha256 first, times ``iterations`` inferences on the first batch
 after ``warmup`` untimed ones, then runs every batch and writes the outputs ``.npz`` (``out0``,
 ``out1``, ... in the model's flattened output order; ``out<i>.<sample>`` for an output whose length
@@ -48,6 +50,7 @@ def sibling(name):
 
 
 sha256_path = sibling("hashing").sha256_path
+protocol = sibling("protocol")
 
 RUNNERS = {}  # runtime id -> Runner subclass, filled as each subclass is defined
 
@@ -567,17 +570,17 @@ def run_trtexec(job, artifact, trtexec):
     folder, name = os.path.split(os.path.abspath(artifact))
     settings = dict(job["options"]["engine"], onnx=name, engine=os.path.splitext(name)[0] + ".engine")
     cmd = tensorrt_engine.trtexec_command(settings, trtexec) + [
-        "--iterations=%d" % int(job.get("iterations", 100)), "--duration=0", "--avgRuns=1"]
+        "--iterations=%d" % job["iterations"], "--duration=0", "--avgRuns=1"]
     proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True)
     summary = tensorrt_engine.parse_trtexec_summary(proc.stdout).get("latency")
     if proc.returncode != 0 or not summary:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
         raise RuntimeError("trtexec exited %d: %s" % (proc.returncode, " | ".join(tail)))
-    return {"ok": True, "runtime": "tensorrt", "runtime_version": "tensorrt (trtexec)",
-            "threads": None, "load_ms": None, "timings_ms": [], "summary_ms": summary,
-            "peak_rss_mb": None, "samples": 0, "outputs": None,
-            "notes": ["timed by trtexec (host latency: H2D + compute + D2H); warm-up is trtexec's "
-                      "default 200 ms; no outputs, so accuracy is not measured on this device"]}
+    return protocol.result_document(
+        ok=True, runtime="tensorrt", runtime_version="tensorrt (trtexec)", threads=None, load_ms=None,
+        timings_ms=[], summary_ms=summary, peak_rss_mb=None, samples=0, outputs=None,
+        notes=["timed by trtexec (host latency: H2D + compute + D2H); warm-up is trtexec's "
+               "default 200 ms; no outputs, so accuracy is not measured on this device"])
 
 
 def _version(dist):
@@ -766,37 +769,38 @@ def other_cpu_load(before, after):
 
 
 def run(job, base):
-    """Do the job; return the result document (raises on failure)."""
+    """Do the job (checked, with every field: ``protocol.job_with_defaults``); return the result
+    document (raises on failure)."""
     resolve = lambda p: p if os.path.isabs(p) else os.path.join(base, p)  # noqa: E731
     cls = runner_class(job["runtime"])
-    artifact = resolve(job["artifact"]) if job.get("artifact") else None
-    check_sha256(artifact, job.get("sha256"))
+    artifact = resolve(job["artifact"]) if job["artifact"] else None
+    check_sha256(artifact, job["sha256"])
     inputs = load_npz(resolve(job["inputs"]))  # a large evaluation set: paged in a batch at a time
-    data, n = batches(inputs, job["input_names"], int(job.get("batch", 1)))
+    data, n = batches(inputs, job["input_names"], job["batch"])
     measured = cls.measured_elsewhere(job, artifact)
     if measured is not None:
         return measured
-    runner, load_ms = start(cls, artifact, job.get("options", {}), job.get("threads"))
+    runner, load_ms = start(cls, artifact, job["options"], job["threads"])
     try:
-        iterations = int(job.get("iterations", 100))  # 0: outputs only (a dynamic model at its min or max size)
-        warmup = int(job.get("warmup", 10)) if iterations else 0
+        iterations = job["iterations"]  # 0: outputs only (a dynamic model at its min or max size)
+        warmup = job["warmup"] if iterations else 0
         timings, other_load = time_inference(runner, data[0], warmup, iterations)
         # own copies: a view of torch's output kept ~50 KB of the runtime's memory alive per batch
         # (1.1 GB over 21,900 batches, measured); the timed runs above are not copied
         outputs = [[np.array(o) for o in runner.infer(b)] for b in data]
-        threads = job.get("threads") or runner.threads_in_use()
+        threads = job["threads"] or runner.threads_in_use()
     finally:
         runner.close()
-    merged = merge_batches(outputs, int(job.get("batch", 1)), n)
-    np.savez(resolve(job.get("outputs", "outputs.npz")), **encode_outputs(merged))
-    return {
-        "ok": True, "runtime": job["runtime"], "runtime_version": runner.version, "threads": threads,
-        "warmup": warmup, "iterations": iterations, "load_ms": load_ms, "timings_ms": timings,
-        "other_cpu_load": other_load, "peak_rss_mb": peak_rss_mb(),
-        "samples": n, "outputs": job.get("outputs", "outputs.npz"), "notes": runner.notes,
-        "host": {"platform": platform.platform(), "machine": platform.machine(),
-                 "python": platform.python_version(), "cpus": os.cpu_count()},
-    }
+    merged = merge_batches(outputs, job["batch"], n)
+    np.savez(resolve(job["outputs"]), **encode_outputs(merged))
+    return protocol.result_document(
+        ok=True, runtime=job["runtime"], runtime_version=runner.version, threads=threads,
+        warmup=warmup, iterations=iterations, load_ms=load_ms, timings_ms=timings,
+        other_cpu_load=other_load, peak_rss_mb=peak_rss_mb(),
+        samples=n, outputs=job["outputs"], notes=runner.notes,
+        host={"platform": platform.platform(), "machine": platform.machine(),
+              "python": platform.python_version(), "cpus": os.cpu_count()},
+    )
 
 
 def cpu_facts():
@@ -822,6 +826,17 @@ def stop_at_deadline(seconds):
     signal.alarm(max(1, int(-(-seconds // 1))))
 
 
+def refusal(job, problems):
+    """Why this runner refuses ``job``: written in another protocol version (both named), or its problems."""
+    version = protocol.other_version(job)
+    if version is not None:
+        return ("job.json is device protocol %r; this runner.py reads and writes protocol %d: it was written by "
+                "another edgeship than the one this runner.py came with (a runner left on the device from an "
+                "older or newer edgeship? run the job with the runner.py of the edgeship that wrote it)"
+                % (version, protocol.PROTOCOL_VERSION))
+    return "job.json does not follow device protocol %d: %s" % (protocol.PROTOCOL_VERSION, "; ".join(problems))
+
+
 def main(argv=None):
     """Run the job file named on the command line; write its result JSON (a failure included)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -831,16 +846,26 @@ def main(argv=None):
     with open(argv[0]) as f:
         job = json.load(f)
     base = os.path.dirname(os.path.abspath(argv[0]))
-    result_path = os.path.join(base, job.get("result", "result.json"))
+    name = job.get("result") if isinstance(job, dict) else None
+    result_path = os.path.join(base, name if isinstance(name, str) else protocol.JOB["result"].default)
     try:
-        stop_at_deadline(job.get("deadline_s"))
+        problems = protocol.job_problems(job)
+        if problems:
+            raise protocol.ProtocolError(refusal(job, problems))
+        job = protocol.job_with_defaults(job)
+        stop_at_deadline(job["deadline_s"])
         result = run(job, base)
         result["cpu"] = cpu_facts()
+        problems = protocol.result_problems(result)
+        if problems:  # this runner's own slip: fail here rather than hand the host a result it misreads
+            raise protocol.ProtocolError("the runner's result does not follow device protocol %d: %s"
+                                         % (protocol.PROTOCOL_VERSION, "; ".join(problems)))
         code = 0
     except Exception as e:  # the host reads the failure from the result, with the traceback
-        mine = isinstance(e, NotForThisCpu)  # by design, not a failure: its message says it all
-        result = {"ok": False, "error": str(e) if mine else "%s: %s" % (type(e).__name__, e),
-                  "traceback": traceback.format_exc(), "not_for_this_cpu": mine}
+        mine = isinstance(e, (NotForThisCpu, protocol.ProtocolError))  # its message says it all
+        result = protocol.result_document(
+            ok=False, error=str(e) if mine else "%s: %s" % (type(e).__name__, e),
+            traceback=traceback.format_exc(), not_for_this_cpu=isinstance(e, NotForThisCpu))
         code = 1
     tmp = result_path + ".tmp"
     with open(tmp, "w") as f:

@@ -4,7 +4,7 @@ The OpenSSH client does the work: key-based only (``BatchMode=yes``), the host k
 (``StrictHostKeyChecking=yes`` against the device's ``known_hosts``), a connect timeout, keep-alives
 that notice a dropped link, and a timeout on every step. A job is two sessions:
 
-    send + run       a tar of runner.py (with hashing.py and tensorrt_engine.py, which it imports),
+    send + run       a tar of runner.py (with protocol.py, hashing.py and the other files it imports),
                      job.json, the artifact and the inputs unpacked into a fresh job folder, then
                      python runner.py job.json (the runner checks the artifact's sha256 and stops
                      itself at the job's deadline)

@@ -14,6 +14,7 @@ import torch
 from edgeship.devices import Job, LocalDevice
 from edgeship.devices.base import RUNNER, MeasurementError
 from edgeship.devices.hashing import sha256_file
+from edgeship.devices.protocol import PROTOCOL_VERSION
 from tests import system
 
 
@@ -125,8 +126,9 @@ def test_the_runners_memory_grows_with_the_evaluation_set_only_by_its_mapped_pag
         x.flush()
         np.savez(tmp_path / f"inputs{n}.npz", image=np.load(tmp_path / "x.npy", mmap_mode="r"))
         (tmp_path / "job.json").write_text(json.dumps({
-            "runtime": "torchscript", "artifact": "model.pt", "sha256": None, "inputs": f"inputs{n}.npz",
-            "input_names": ["image"], "batch": 1, "warmup": 1, "iterations": 3, "threads": 1}))
+            "protocol": PROTOCOL_VERSION, "runtime": "torchscript", "artifact": "model.pt", "sha256": None,
+            "inputs": f"inputs{n}.npz", "input_names": ["image"], "batch": 1, "warmup": 1, "iterations": 3,
+            "threads": 1}))
         proc = subprocess.run([sys.executable, str(RUNNER), str(tmp_path / "job.json")], capture_output=True,
                               text=True, timeout=300)
         result = json.loads((tmp_path / "result.json").read_text())

@@ -89,7 +89,7 @@ def script(name: str, *args: str) -> str:
 
 
 def test_device_files_import_without_edgeship(device_folder) -> None:
-    code = ("import json; sys.path.insert(0, '.'); import runner, hashing, tensorrt_engine, probe, cpu; "
+    code = ("import json; sys.path.insert(0, '.'); import runner, protocol, hashing, tensorrt_engine, probe, cpu; "
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'edgeship')))")
     proc = on_device(device_folder, code)
     assert proc.returncode == 0, proc.stderr
@@ -112,7 +112,7 @@ def test_device_runner_runs_an_onnx_job_without_edgeship(device_folder, doubling
     doc = result.document
     assert proc.returncode == 0 and doc["runtime_version"].startswith("onnxruntime ")
     assert len(doc["timings_ms"]) == 3 and doc["samples"] == 5 and doc["threads"] == 1 and doc["notes"] == []
-    assert set(doc) == {"ok", "runtime", "runtime_version", "threads", "warmup", "iterations", "load_ms",
+    assert set(doc) == {"protocol", "ok", "runtime", "runtime_version", "threads", "warmup", "iterations", "load_ms",
                         "timings_ms", "peak_rss_mb", "samples", "outputs", "notes", "host", "cpu", "other_cpu_load"}
     assert doc["cpu"] == cpu_facts()
     np.testing.assert_allclose(result.outputs[0], 2 * x + 1)
