@@ -157,7 +157,7 @@ class LayerCall:
     scope: str
     graph: torch.fx.GraphModule
     module: torch.nn.Module
-    nodes: list[torch.fx.Node]
+    nodes: list[Any]  # torch.fx.Node
 
 
 def called_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
