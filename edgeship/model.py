@@ -152,7 +152,7 @@ def _forward_text(module: torch.nn.Module) -> str:
     return f"{type(module).__name__}.forward{sig}"
 
 
-def call_model(module: torch.nn.Module, inputs: dict[str, torch.Tensor], source: str = "model spec") -> Any:
+def call_model(module: torch.nn.Module, inputs: dict[str, torch.Tensor], source: str = "model spec") -> object:
     """``module(*inputs)``; whatever the model raises on the spec's inputs is a ModelSpecError
     naming the spec (``source``), the inputs (name, shape, dtype) and forward's signature."""
     try:
