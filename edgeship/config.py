@@ -15,13 +15,16 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import pydantic
 import tomllib
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 from edgeship.errors import BadInputError, OutputError, did_you_mean, first_line, one_of
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 ENTRY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
 
@@ -31,6 +34,8 @@ MAX_BYTES = 64 << 20  # larger files are refused unread (and /dev/zero does not 
 NOT_FINITE = "not a finite number; finite numbers only (nan, inf and numbers beyond +-1.8e308 are refused)"
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+Loc = tuple[int | str, ...]  # where a value sits in a document, as pydantic reports it: keys and indexes
 
 
 class StrictModel(BaseModel):
@@ -41,7 +46,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False, validate_default=True, allow_inf_nan=False)
 
 
-def _to_path(value: Any) -> Any:
+def _to_path(value: object) -> object:
     return Path(value) if isinstance(value, str) else value
 
 
@@ -118,10 +123,10 @@ def usable_folder(path: Path, what: str, writable: bool = True) -> Path:
     return path
 
 
-def finite(value: Any) -> Any:
+def finite(value: T) -> T:
     """``value`` when every float inside it (lists and tables included) is finite, else ValueError
     naming where; for fields typed ``Any``, which pydantic's ``allow_inf_nan`` does not reach."""
-    stack: list[tuple[str, Any]] = [("", value)]
+    stack: list[tuple[str, object]] = [("", value)]
     while stack:
         where, item = stack.pop()
         if isinstance(item, float) and not math.isfinite(item):
@@ -187,7 +192,7 @@ def decode_utf8(data: bytes, path: Path, error: type[BadInputError]) -> str:
                     "is not valid UTF-8; TOML files must be UTF-8") from None
 
 
-def _depth(value: Any) -> int:
+def _depth(value: object) -> int:
     """How deeply lists and tables nest in ``value`` (iteratively: no recursion limit to hit)."""
     deepest, stack = 0, [(value, 0)]
     while stack:
@@ -238,7 +243,7 @@ def load_toml(path: Path, model: type[M], error: type[BadInputError],
     return validate(read_toml(path, error), model, str(path), error, context)
 
 
-def format_error(model: type[BaseModel], err: dict[str, Any]) -> str:
+def format_error(model: type[BaseModel], err: ErrorDetails) -> str:
     """One line for one pydantic error: key, value, what is wrong, what is allowed."""
     loc = tuple(err["loc"])
     key = render_loc(loc)
@@ -271,7 +276,7 @@ EXPECTED_TYPE = {"int_type": "an integer", "int_from_float": "an integer", "floa
                  "dict_type": "a table", "model_type": "a table", "model_attributes_type": "a table"}
 
 
-def toml_type(value: Any) -> str:
+def toml_type(value: object) -> str:
     """What a TOML value is, in TOML's words: ``a string``, ``an integer``, ``a table``, ..."""
     for kind, name in ((bool, "true/false"), (int, "an integer"), (float, "a float"),
                        (str, "a string"), (list, "an array"), (dict, "a table")):
@@ -280,7 +285,7 @@ def toml_type(value: Any) -> str:
     return type(value).__name__
 
 
-def render_loc(loc: tuple[Any, ...]) -> str:
+def render_loc(loc: Loc) -> str:
     """``("variants", 1, "backend")`` -> ``variants[1].backend``."""
     out = ""
     for part in loc:
@@ -291,7 +296,7 @@ def render_loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     """A value as TOML would write it, cut to 80 characters."""
     if isinstance(value, bool):
         text = str(value).lower()
@@ -302,7 +307,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _inner_types(annotation: Any) -> list[Any]:
+def _inner_types(annotation: object) -> list[object]:
     """The types inside Optional[...], list[...], dict[..., X], Annotated[...] and unions."""
     origin = typing.get_origin(annotation)
     if origin is None:
@@ -314,20 +319,20 @@ def _inner_types(annotation: Any) -> list[Any]:
         return _inner_types(args[1])
     if origin is Literal:
         return [annotation]
-    out: list[Any] = []
+    out: list[object] = []
     for a in args:
         if a is not type(None) and a is not Ellipsis:
             out.extend(_inner_types(a))
     return out
 
 
-def _annotation_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[Any]:
+def _annotation_at(model: type[BaseModel], loc: Loc) -> list[object]:
     """Every annotation a location may have, walking nested models, lists and dicts."""
-    current: list[Any] = [model]
+    current: list[object] = [model]
     for part in loc:
         if isinstance(part, int):
             continue
-        nxt: list[Any] = []
+        nxt: list[object] = []
         for t in current:
             for inner in _inner_types(t):
                 if isinstance(inner, type) and issubclass(inner, BaseModel):
@@ -340,7 +345,7 @@ def _annotation_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[Any]:
     return current
 
 
-def fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+def fields_at(model: type[BaseModel], loc: Loc) -> list[str]:
     """The keys allowed at ``loc`` (the fields of the model found there)."""
     names: list[str] = []
     for annotation in _annotation_at(model, loc):
@@ -350,7 +355,7 @@ def fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return names
 
 
-def literal_values(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+def literal_values(model: type[BaseModel], loc: Loc) -> list[str]:
     """The values a Literal field at ``loc`` allows, or an empty list."""
     values: list[str] = []
     for annotation in _annotation_at(model, loc):

@@ -11,15 +11,18 @@ import hashlib
 import inspect
 import pickle
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from edgeship.devices.hashing import sha256_file  # one implementation, also used on devices
 from edgeship.entry import import_entry, importable
 from edgeship.errors import ModelSpecError, WeightsError, first_line, listing
 from edgeship.spec import ModelSpec
+
+if TYPE_CHECKING:
+    import torch
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "net", "module", "ema")
 TORCH_DTYPES = {"float32": "float32", "float16": "float16", "int64": "int64", "int32": "int32",
@@ -31,8 +34,8 @@ class LoadedModel:
     """The float model ready to capture: module in eval mode plus what we know about it."""
 
     spec: ModelSpec
-    module: Any                      # torch.nn.Module
-    example_inputs: tuple[Any, ...]  # torch tensors, one per input, batch as in the spec
+    module: torch.nn.Module
+    example_inputs: tuple[torch.Tensor, ...]  # one per input, batch as in the spec
     params: int
     notes: list[str] = field(default_factory=list)
 
@@ -47,11 +50,12 @@ class LoadedModel:
         return state_sha256(self.module)
 
 
-def build_module(spec: ModelSpec) -> Any:
+def build_module(spec: ModelSpec) -> torch.nn.Module:
     """Call the spec's entry and check that it returns an nn.Module."""
     import torch
 
-    factory: Any = import_entry(spec.entry, spec.base_dir, ModelSpecError, f"{spec.source or 'model spec'}: entry")
+    factory = cast("Callable[..., object]",
+                   import_entry(spec.entry, spec.base_dir, ModelSpecError, f"{spec.source or 'model spec'}: entry"))
     try:
         with seeded(spec.seed):  # random initialisation is the same in every process and build
             module = factory(**spec.entry_kwargs)
@@ -85,7 +89,7 @@ def seeded(seed: int) -> Iterator[None]:
             np.random.set_state(saved[1])
 
 
-def state_sha256(module: Any) -> str:
+def state_sha256(module: torch.nn.Module) -> str:
     """sha256 of the module's state_dict (names, dtypes, shapes, values): which weights were built."""
     import torch
 
@@ -104,7 +108,7 @@ def state_sha256(module: Any) -> str:
     return h.hexdigest()
 
 
-def check_forward(module: Any, spec: ModelSpec) -> None:
+def check_forward(module: torch.nn.Module, spec: ModelSpec) -> None:
     """ModelSpecError when ``module.forward`` cannot take the spec's inputs, one per positional
     argument (too few, too many, or a keyword-only argument without a default)."""
     try:
@@ -125,7 +129,7 @@ def check_forward(module: Any, spec: ModelSpec) -> None:
                              + "; the spec's inputs are passed to forward in order")
 
 
-def _arity(required: list[Any], positional: list[Any], varargs: bool) -> str:
+def _arity(required: list[inspect.Parameter], positional: list[inspect.Parameter], varargs: bool) -> str:
     if varargs:
         return f"at least {len(required)} input(s)"
     if len(required) == len(positional):
@@ -137,7 +141,7 @@ def _inputs_text(spec: ModelSpec) -> str:
     return f"the spec has {len(spec.inputs)} input(s) ({', '.join(i.name for i in spec.inputs)})"
 
 
-def _forward_text(module: Any) -> str:
+def _forward_text(module: torch.nn.Module) -> str:
     """``TinyNet.forward(x)``: the signature without annotations."""
     try:
         sig = inspect.signature(module.forward)
@@ -148,7 +152,7 @@ def _forward_text(module: Any) -> str:
     return f"{type(module).__name__}.forward{sig}"
 
 
-def call_model(module: Any, inputs: dict[str, Any], source: str = "model spec") -> Any:
+def call_model(module: torch.nn.Module, inputs: dict[str, torch.Tensor], source: str = "model spec") -> object:
     """``module(*inputs)``; whatever the model raises on the spec's inputs is a ModelSpecError
     naming the spec (``source``), the inputs (name, shape, dtype) and forward's signature."""
     try:
@@ -160,7 +164,7 @@ def call_model(module: Any, inputs: dict[str, Any], source: str = "model spec") 
                              f"{_forward_text(module)}") from e
 
 
-def read_checkpoint(path: Path, trust: bool = False) -> dict[str, Any]:
+def read_checkpoint(path: Path, trust: bool = False) -> dict[str, torch.Tensor]:
     """A state_dict from a checkpoint file; refuses code-carrying pickles unless ``trust``."""
     import torch
 
@@ -206,7 +210,7 @@ def unpickler_reason(error: BaseException) -> str:
     return lines[-1].removeprefix("WeightsUnpickler error: ")[:300] if lines else type(error).__name__
 
 
-def unwrap_state_dict(obj: Any, path: Path) -> dict[str, Any]:
+def unwrap_state_dict(obj: object, path: Path) -> dict[str, torch.Tensor]:
     """Find the state_dict in a bare dict, a common wrapper, or (trusted) a pickled module."""
     import torch
 
@@ -227,13 +231,13 @@ def unwrap_state_dict(obj: Any, path: Path) -> dict[str, Any]:
                        f"{', '.join(WRAPPER_KEYS)}")
 
 
-def _is_state_dict(obj: dict[str, Any]) -> bool:
+def _is_state_dict(obj: dict[Any, object]) -> bool:
     import torch
 
     return bool(obj) and all(isinstance(v, torch.Tensor) for v in obj.values())
 
 
-def apply_weights(module: Any, state: dict[str, Any], path: Path) -> None:
+def apply_weights(module: torch.nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
     """Load ``state`` strictly; missing, unexpected or misshapen keys are listed in one error."""
     expected = module.state_dict()
     missing = sorted(set(expected) - set(state))
@@ -253,7 +257,7 @@ def apply_weights(module: Any, state: dict[str, Any], path: Path) -> None:
     module.load_state_dict(state, strict=True)
 
 
-def example_inputs(spec: ModelSpec, seed: int = 0) -> tuple[Any, ...]:
+def example_inputs(spec: ModelSpec, seed: int = 0) -> tuple[torch.Tensor, ...]:
     """Seeded example inputs of the spec's dtypes, at the "opt" size (the shapes as written, unless
     a dynamic dimension sets another opt), with values in each input's ``range`` (unset: floats in
     [0, 1), integers 0)."""
@@ -289,7 +293,7 @@ def load_model(spec: ModelSpec, trust_weights: bool = False) -> LoadedModel:
                        params=params)
 
 
-def count_flops(module: Any, inputs: tuple[Any, ...]) -> int | None:
+def count_flops(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> int | None:
     """Forward FLOPs from torch.utils.flop_counter, or None where it cannot count."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -307,6 +311,13 @@ def count_flops(module: Any, inputs: tuple[Any, ...]) -> int | None:
         torch.backends.mha.set_fastpath_enabled(fastpath)
 
 
+class Counts(TypedDict, total=False):
+    """What LazyModel counted (or the stage cache recorded): parameters and forward FLOPs."""
+
+    params: int
+    flops: int | None
+
+
 class LazyModel:
     """The float model, loaded on first use: a build whose stages all come from the stage cache
     never imports torch. ``counts`` (params, flops) may come from the cache as well."""
@@ -314,7 +325,7 @@ class LazyModel:
     def __init__(self, spec: ModelSpec, trust_weights: bool = False) -> None:
         self.spec = spec
         self.trust_weights = trust_weights
-        self.counts: dict[str, Any] = {}
+        self.counts: Counts = {}
         self._loaded: LoadedModel | None = None
         self.expected_state: str | None = None
 
@@ -348,11 +359,11 @@ class LazyModel:
             "a module it imports changed. Give a weights file, or run `edgeship cache clear`.")
 
     @property
-    def module(self) -> Any:
+    def module(self) -> torch.nn.Module:
         return self.loaded.module
 
     @property
-    def example_inputs(self) -> tuple[Any, ...]:
+    def example_inputs(self) -> tuple[torch.Tensor, ...]:
         return self.loaded.example_inputs
 
     @functools.cached_property

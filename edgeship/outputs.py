@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 
-def flatten(out: Any) -> list[tuple[str, Any]]:
+def flatten(out: object) -> list[tuple[str, Any]]:
     """``(name, leaf)`` pairs of a model's return value, in pytree order (see the module docstring)."""
     if isinstance(out, dict):
         return [pair for key, value in out.items() for pair in _flatten(value, str(key))]
@@ -25,7 +25,7 @@ def flatten(out: Any) -> list[tuple[str, Any]]:
     return [("output", out)]
 
 
-def _flatten(value: Any, name: str) -> list[tuple[str, Any]]:
+def _flatten(value: object, name: str) -> list[tuple[str, Any]]:
     if isinstance(value, dict):
         return [pair for key, v in value.items() for pair in _flatten(v, f"{name}.{key}")]
     if isinstance(value, (list, tuple)):
@@ -33,7 +33,7 @@ def _flatten(value: Any, name: str) -> list[tuple[str, Any]]:
     return [(name, value)]
 
 
-def names_of(out: Any) -> list[str]:
+def names_of(out: object) -> list[str]:
     """The flattened output names of a model's return value."""
     return [name for name, _ in flatten(out)]
 

@@ -20,14 +20,49 @@ Nothing here imports torch at module level, nor the spec (which imports this mod
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from edgeship.errors import ModelSpecError
+
+if TYPE_CHECKING:
+    from torch.export import Dim
 
 SIZE_NAMES = ("min", "opt", "max")
 BATCH = "batch"             # the name of the batch dimension a backend asks to be free (ONNX dynamic_batch)
 DYNAMIC_BATCH_MAX = 4096    # the largest batch a free batch dimension takes
+
+
+class DimLike(Protocol):
+    """A dynamic dimension as the spec declares it (``InputSpec.Dim``)."""
+
+    @property
+    def min(self) -> int: ...
+    @property
+    def max(self) -> int: ...
+    @property
+    def opt(self) -> int | None: ...
+    @property
+    def name(self) -> str | None: ...
+
+
+class InputLike(Protocol):
+    """A spec's input as read here (``InputSpec``; the spec imports this module, so not named)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def shape(self) -> list[int]: ...
+    @property
+    def dynamic(self) -> Mapping[str, DimLike]: ...
+
+
+class SpecLike(Protocol):
+    """A model spec as read here (``ModelSpec``): its inputs."""
+
+    @property
+    def inputs(self) -> Sequence[InputLike]: ...
 
 
 @dataclass(frozen=True)
@@ -42,7 +77,7 @@ class DynamicDim:
     name: str        # shared by every dimension that is the same dimension
 
 
-def _declared(inputs: list[Any]) -> list[tuple[DynamicDim, bool]]:
+def _declared(inputs: Sequence[InputLike]) -> list[tuple[DynamicDim, bool]]:
     """Each input's dynamic dimensions, named by the group rule, and whether the name was given."""
     unnamed: dict[tuple[int, int, int], str] = {}  # (index, min, max) -> the group's name
     out = []
@@ -55,7 +90,7 @@ def _declared(inputs: list[Any]) -> list[tuple[DynamicDim, bool]]:
     return out
 
 
-def group_problems(inputs: list[Any]) -> list[str]:
+def group_problems(inputs: Sequence[InputLike]) -> list[str]:
     """Grouped dimensions that disagree on min, max or opt, and implicit group names a given name
     takes (empty when the groups are consistent). For ModelSpec's validation: one line each."""
     groups: dict[str, list[DynamicDim]] = {}
@@ -76,7 +111,7 @@ def group_problems(inputs: list[Any]) -> list[str]:
     return problems
 
 
-def dynamic_dims(spec: Any) -> list[DynamicDim]:
+def dynamic_dims(spec: SpecLike) -> list[DynamicDim]:
     """Every dynamic dimension of the spec's inputs, in input order (ModelSpecError when grouped
     dimensions disagree)."""
     problems = group_problems(spec.inputs)
@@ -85,12 +120,12 @@ def dynamic_dims(spec: Any) -> list[DynamicDim]:
     return [dim for dim, _ in _declared(spec.inputs)]
 
 
-def is_dynamic(spec: Any) -> bool:
+def is_dynamic(spec: SpecLike) -> bool:
     """True when any input has a dynamic dimension."""
     return any(inp.dynamic for inp in spec.inputs)
 
 
-def shape_at(inp: Any, size: str = "opt") -> list[int]:
+def shape_at(inp: InputLike, size: str = "opt") -> list[int]:
     """One input's shape at ``size``: its dynamic dimensions at that size, the others as in ``shape``."""
     if size not in SIZE_NAMES:
         raise ValueError(f"size {size!r}: one of {', '.join(SIZE_NAMES)}")
@@ -101,14 +136,14 @@ def shape_at(inp: Any, size: str = "opt") -> list[int]:
     return shape
 
 
-def sizes(spec: Any) -> dict[str, dict[str, list[int]]]:
+def sizes(spec: SpecLike) -> dict[str, dict[str, list[int]]]:
     """Each input's shape by size name: ``{"min": {...}, "opt": {...}, "max": {...}}`` for a spec with
     dynamic dimensions, ``{"opt": {...}}`` (the shapes as written) otherwise."""
     names = SIZE_NAMES if is_dynamic(spec) else ("opt",)
     return {size: {inp.name: shape_at(inp, size) for inp in spec.inputs} for size in names}
 
 
-def dim_names(spec: Any, dynamic_batch: bool = False) -> dict[str, dict[int, str]]:
+def dim_names(spec: SpecLike, dynamic_batch: bool = False) -> dict[str, dict[int, str]]:
     """Each input's free dimensions by index, named by group: what ONNX ``dynamic_axes`` takes and
     the names ONNX graphs carry. With ``dynamic_batch``, dimension 0 of every input whose batch the
     spec leaves fixed is ``batch``."""
@@ -122,7 +157,7 @@ def dim_names(spec: Any, dynamic_batch: bool = False) -> dict[str, dict[int, str
     return {name: dict(sorted(axes.items())) for name, axes in names.items()}
 
 
-def batch_name(spec: Any) -> str:
+def batch_name(spec: SpecLike) -> str:
     """``batch``, or ``batch_`` ... when a dynamic dimension of the spec already has that name."""
     taken = {dim.name for dim in dynamic_dims(spec)}
     name = BATCH
@@ -131,7 +166,7 @@ def batch_name(spec: Any) -> str:
     return name
 
 
-def export_dynamic_shapes(spec: Any, dynamic_batch: bool = False) -> tuple[dict[int, Any], ...] | None:
+def export_dynamic_shapes(spec: SpecLike, dynamic_batch: bool = False) -> tuple[dict[int, Dim], ...] | None:
     """torch.export's ``dynamic_shapes``: one ``{index: Dim}`` per input, one Dim per group (so
     grouped dimensions are equal); with ``dynamic_batch`` a free batch (1..DYNAMIC_BATCH_MAX) where
     the spec's batch is fixed. None when nothing is free."""
@@ -147,7 +182,7 @@ def export_dynamic_shapes(spec: Any, dynamic_batch: bool = False) -> tuple[dict[
     return tuple({index: made[name] for index, name in axes[inp.name].items()} for inp in spec.inputs)
 
 
-def describe(spec: Any) -> str:
+def describe(spec: SpecLike) -> str:
     """The dynamic dimensions in one line, for notes: ``input_ids[1], attention_mask[1] (input_ids_dim1):
     8..512, opt 128``."""
     groups: dict[str, list[DynamicDim]] = {}

@@ -9,16 +9,21 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from edgeship.backends.spec import BackendSpec, Variant
+from edgeship.backends.spec import BackendSpec, TargetCpu, Variant
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
+from edgeship.config import StrictModel
 from edgeship.errors import LoweringError
 from edgeship.lowering.capture import Captured
 from edgeship.results import VariantResult
+
+if TYPE_CHECKING:
+    from edgeship.spec import ModelSpec
 
 Predict = Callable[[list[np.ndarray]], list[np.ndarray]]
 
@@ -40,13 +45,13 @@ class LowerRequest:
 
     captured: Captured
     variant: Variant
-    options: Any                  # the backend's parsed Options (an instance of its StrictModel)
+    options: StrictModel          # the backend's parsed Options (an instance of its Options model)
     dest: Path                    # where the artifact goes; write it atomically
     calibration: Callable[[], Dataset] | None = None  # the calibration samples, loaded on first call
     cache: Cache | None = None    # caches calibration results; None: no caching
     # The CPUs the artifact will run on, (device name, devices.cpu.cpu_facts()) each, for settings a
     # quantizer picks by CPU (its backend's cpu.py); None: this machine's.
-    cpus: list[tuple[str, dict[str, Any] | None]] | None = None
+    cpus: list[TargetCpu] | None = None
     budget: AccuracyBudget | None = None  # the variant's accuracy gates on calibration samples
 
 
@@ -71,28 +76,30 @@ class Backend(BackendSpec):
     # native ONNX Runtime, for checks only); None: the device's.
     build_runtime: str | None = None
 
-    def available(self, options: Any = None) -> str | None:
+    def available(self, options: StrictModel | None = None) -> str | None:
         """None when artifacts with these options run here; otherwise why not."""
         return None
 
-    def unavailable_here(self, options: Any, precision: str) -> str | None:
+    def unavailable_here(self, options: StrictModel, precision: str) -> str | None:
         """Why a variant of this precision with these options is not measured on this machine (None:
         it is); default: ``available(options)``. A backend whose runtime needs the CPU's support for a
         precision (OpenVINO's bf16) says so here."""
         return self.available(options)
 
-    def wants_dynamic_batch(self, options: Any) -> bool:
+    def wants_dynamic_batch(self, options: StrictModel) -> bool:
         return False
 
     def lower(self, request: LowerRequest) -> Artifact:
         raise NotImplementedError
 
-    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
+    def job_options(self, options: StrictModel, precision: str = "fp32",
+                    spec: ModelSpec | None = None) -> dict[str, Any]:
         """Runtime options for the device runner (``spec``: the model spec, for backends whose
         runtime needs its input sizes, e.g. TensorRT's optimization profile)."""
         return {}
 
-    def bundle_metadata(self, row: VariantResult, options: Any, toolchain: dict[str, str]) -> dict[str, Any] | None:
+    def bundle_metadata(self, row: VariantResult, options: StrictModel,
+                        toolchain: dict[str, str]) -> dict[str, Any] | None:
         """What an app needs to run this backend's artifact (model.json's ``runtime``): the runtime, the
         version that wrote it, what it needs. ``options``: the variant's parsed Options. None: the
         bundle records the options and lowering details as they are."""
@@ -101,7 +108,7 @@ class Backend(BackendSpec):
     def runtime_label(self) -> str:
         return self.runtime
 
-    def load(self, path: Path, options: Any = None, threads: int | None = None) -> Predict:
+    def load(self, path: Path, options: StrictModel | None = None, threads: int | None = None) -> Predict:
         """A callable on numpy arrays, from the same loader the device runner uses."""
         from edgeship.devices.runner import open_runner
 
@@ -109,7 +116,7 @@ class Backend(BackendSpec):
         return open_runner(self.build_runtime or self.runtime, str(path), opts, threads).infer
 
 
-def require(module: str, backend: str) -> Any:
+def require(module: str, backend: str) -> ModuleType:
     """Import an SDK for a backend, or raise a LoweringError that says what to install."""
     try:
         return importlib.import_module(module)

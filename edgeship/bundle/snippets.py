@@ -8,14 +8,21 @@ the model spec; the Core ML feature names from the package itself (recorded by l
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from edgeship import __version__
 from edgeship.bundle.metadata import takes_images
 from edgeship.bundle.platforms import Platform
 from edgeship.bundle.selection import Selection
-from edgeship.results import Results
+from edgeship.results import Results, VariantResult
 from edgeship.spec import DecodeSpec, DetectionSpec, ModelSpec
+
+if TYPE_CHECKING:
+    import jinja2
+
+# What every value rendered into a snippet goes through (numbers and lists pass as they are).
+Escape = Callable[[object], object]
 
 # dtype -> (Kotlin array type, Tensor factory); both Android runtimes have these fromBlob overloads.
 KOTLIN = {"float32": ("FloatArray", "fromBlob"), "int64": ("LongArray", "fromBlob"),
@@ -79,7 +86,7 @@ def readme(platform: Platform, results: Results, sel: Selection, artifacts: list
         left_out=sel.left_out, warnings=sel.warnings, inputs=spec.inputs, image=takes_images(spec))
 
 
-def _summary(row: Any, path: str) -> dict[str, str]:
+def _summary(row: VariantResult, path: str) -> dict[str, str]:
     acc = row.accuracy
     top1 = f"{100 * acc.top1:.2f}%" if acc and acc.top1 is not None else "not measured"
     sqnr = f"{acc.sqnr_db:.1f}" if acc and acc.sqnr_db is not None else (
@@ -90,7 +97,7 @@ def _summary(row: Any, path: str) -> dict[str, str]:
             "top1": top1, "sqnr": sqnr, "p50": p50 or "not measured", "gates": gates}
 
 
-def _env(finalize: Any = None) -> Any:
+def _env(finalize: Escape | None = None) -> jinja2.Environment:
     import jinja2
 
     return jinja2.Environment(loader=jinja2.PackageLoader("edgeship.bundle", "templates"), trim_blocks=True,
@@ -98,14 +105,14 @@ def _env(finalize: Any = None) -> Any:
                               autoescape=False, finalize=finalize)
 
 
-def source_escape(file_name: str) -> Any:
+def source_escape(file_name: str) -> Escape:
     """What every value rendered into a snippet goes through, for the snippet's language: safe in a
     string literal and in a comment alike (values come from results.json and from the model: its
     Core ML feature names, toolchain strings, asset paths)."""
     return kotlin_text if file_name.endswith(".kt") else swift_text
 
 
-def _source_text(value: Any, dollar: bool, unicode: Any) -> Any:
+def _source_text(value: object, dollar: bool, unicode: Callable[[str], str]) -> object:
     if not isinstance(value, str):
         return value  # numbers, shapes, lists of them: their text has nothing to escape
     text = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
@@ -116,12 +123,12 @@ def _source_text(value: Any, dollar: bool, unicode: Any) -> Any:
     return text.replace("$", "\\$") if dollar else text
 
 
-def kotlin_text(value: Any) -> Any:
+def kotlin_text(value: object) -> object:
     """Kotlin: backslash, quote, newline, ``$`` (string templates), comment delimiters escaped."""
     return _source_text(value, True, lambda c: "".join(f"\\u{u:04x}" for u in _utf16(c)))
 
 
-def swift_text(value: Any) -> Any:
+def swift_text(value: object) -> object:
     """Swift: backslash (so no ``\\(`` interpolation), quote, newline, comment delimiters escaped."""
     return _source_text(value, False, lambda c: f"\\u{{{ord(c):x}}}")
 

@@ -11,7 +11,8 @@ iterable ends or ``limit`` samples are in hand.
 """
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 
@@ -21,17 +22,17 @@ from edgeship.errors import DataError, first_line
 from edgeship.spec import ModelSpec
 
 
-def call_source(entry: str, spec: ModelSpec, args: tuple[Any, ...] = ()) -> Any:
+def call_source(entry: str, spec: ModelSpec, args: tuple[object, ...] = ()) -> Any:
     """Import ``module:callable`` (the spec's folder on the path) and call it with ``args``;
     DataError on failure."""
-    source: Any = import_entry(entry, spec.base_dir, DataError, "data source")
+    source = cast(Callable[..., Any], import_entry(entry, spec.base_dir, DataError, "data source"))
     try:
         return source(*args)
     except Exception as e:  # the user's code: report its failure as bad data input
         raise DataError(f"data source {entry}: {type(e).__name__}: {first_line(e)}") from None
 
 
-def read_callable(entry: str, spec: ModelSpec, limit: int | None = None, args: tuple[Any, ...] = ()) -> Dataset:
+def read_callable(entry: str, spec: ModelSpec, limit: int | None = None, args: tuple[object, ...] = ()) -> Dataset:
     """A Dataset from the batches ``entry(*args)`` yields (at most ``limit`` samples)."""
     names = [i.name for i in spec.inputs]
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
@@ -58,7 +59,7 @@ def read_callable(entry: str, spec: ModelSpec, limit: int | None = None, args: t
     return Dataset(inputs, y_all, entry)
 
 
-def _split(batch: Any, names: list[str], entry: str, index: int) -> tuple[dict[str, np.ndarray], Any]:
+def _split(batch: object, names: list[str], entry: str, index: int) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
     """One batch as {input name: array} and optional labels."""
     if isinstance(batch, dict):
         missing = [n for n in names if n not in batch]
@@ -74,7 +75,7 @@ def _split(batch: Any, names: list[str], entry: str, index: int) -> tuple[dict[s
     return {n: _array(a) for n, a in zip(names, items)}, None
 
 
-def _labels(value: Any, entry: str, index: int, samples: int) -> np.ndarray:
+def _labels(value: object, entry: str, index: int, samples: int) -> np.ndarray:
     """A batch's ``y`` for its ``samples`` samples: labelled boxes [B, M, 5] as they are (float64
     or int64: the task's check reads their classes and corners), anything else as int64 class
     indices; DataError for another sample count, NaN/inf, or fractional values outside boxes (a
@@ -97,7 +98,7 @@ def _is_boxes(y: np.ndarray) -> bool:
     return y.ndim == 3 and y.shape[-1] == 5
 
 
-def _is_box_list(value: Any) -> bool:
+def _is_box_list(value: object) -> TypeGuard[Sequence[object]]:
     """A list with one [M_k, 5] array of labelled boxes per sample ([] or an empty array: none)."""
     if not isinstance(value, (list, tuple)) or not value:
         return False
@@ -105,7 +106,7 @@ def _is_box_list(value: Any) -> bool:
     return all(p.size == 0 or (p.ndim == 2 and p.shape[1] == 5) for p in parts)
 
 
-def _box_list(value: Any, entry: str, index: int) -> np.ndarray:
+def _box_list(value: Sequence[object], entry: str, index: int) -> np.ndarray:
     """Per-sample [M_k, 5] box arrays as one [B, max M_k, 5] array padded with rows of -1."""
     parts = [_array(v) for v in value]
     kinds = {p.dtype for p in parts if p.size} or {np.dtype(np.int64)}
@@ -135,7 +136,7 @@ def _joined(labels: list[np.ndarray], entry: str) -> np.ndarray:
     return np.concatenate(labels)
 
 
-def _array(value: Any) -> np.ndarray:
+def _array(value: object) -> np.ndarray:
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
     return np.asarray(value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
@@ -84,7 +84,18 @@ def _fit_input(array: np.ndarray, inp: InputSpec, source: str, size: str = "opt"
     return fitted
 
 
-def evaluation_samples(source: str | Path | None, spec: ModelSpec, settings: Any) -> Dataset:
+class EvaluationCounts(Protocol):
+    """How many evaluation samples, and the seed (the profile's ``[evaluation]``, EvaluationSettings)."""
+
+    @property
+    def samples(self) -> int | None: ...
+    @property
+    def random_samples(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+
+
+def evaluation_samples(source: str | Path | None, spec: ModelSpec, settings: EvaluationCounts) -> Dataset:
     """The evaluation samples a build measures: ``source`` (the profile's or the spec's data) with the
     profile's ``[evaluation]`` sample count and seed, else seeded random inputs."""
     if source:  # a file or folder is drawn from before it is read; a callable's batches are all read, then drawn

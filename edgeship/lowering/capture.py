@@ -18,7 +18,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -26,6 +26,13 @@ from edgeship import outputs, shapes
 from edgeship.errors import LoweringError, first_line
 from edgeship.metrics import sqnr_db
 from edgeship.model import LoadedModel
+
+if TYPE_CHECKING:
+    import torch
+    from torch.export import Dim
+
+    # What a capture method returns: torch.export's program, or a TorchScript module (trace, script).
+    Program: TypeAlias = torch.export.ExportedProgram | torch.jit.ScriptModule
 
 SIZE_CHECK_SQNR_DB = 40.0  # an fp32 artifact this far from the float model at some size has fixed a size wrongly
 
@@ -35,15 +42,15 @@ class Captured:
     """A captured program: an ExportedProgram (export) or a ScriptModule (trace, script)."""
 
     method: str
-    program: Any
+    program: Program
     model: LoadedModel
     dynamic_batch: bool
     seconds: float
     notes: list[str] = field(default_factory=list)
-    _float_output: Any = field(default=None, repr=False)
+    _float_output: object = field(default=None, repr=False)
 
     @property
-    def example_inputs(self) -> tuple[Any, ...]:
+    def example_inputs(self) -> tuple[torch.Tensor, ...]:
         return self.model.example_inputs
 
     @property
@@ -51,7 +58,7 @@ class Captured:
         """True when the spec has dynamic dimensions (the artifact must take every size from min to max)."""
         return shapes.is_dynamic(self.model.spec)
 
-    def float_output(self) -> Any:
+    def float_output(self) -> object:
         """The float model's output on the example inputs (computed once)."""
         import torch
 
@@ -112,7 +119,7 @@ class Capturer:
         return [r for r in self._done.values() if isinstance(r, CaptureFailed)]
 
 
-def capture_export(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> Any:
+def capture_export(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> torch.export.ExportedProgram:
     """torch.export, with the spec's dynamic dimensions free over their ranges; with
     ``dynamic_batch`` the first dimension of every input may vary too."""
     import torch
@@ -131,7 +138,8 @@ def capture_export(model: LoadedModel, dynamic_batch: bool, notes: list[str]) ->
         raise LoweringError(constraint_message(e)) from None
 
 
-def free_examples(args: tuple[Any, ...], dynamic_shapes: tuple[dict[int, Any], ...]) -> tuple[Any, ...]:
+def free_examples(args: tuple[torch.Tensor, ...],
+                  dynamic_shapes: tuple[dict[int, Dim], ...]) -> tuple[torch.Tensor, ...]:
     """The example inputs with every free dimension of size 1 doubled: torch.export specializes a
     dimension whose example is 1 to that constant (the program still takes 1 when min is 1)."""
     import torch
@@ -208,7 +216,8 @@ def _inside(path: str, package: Any) -> bool:
     return os.path.realpath(path).startswith(root + os.sep)
 
 
-def flat_outputs(module: Any, example_inputs: tuple[Any, ...], notes: list[str]) -> Any:
+def flat_outputs(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...],
+                 notes: list[str]) -> torch.nn.Module:
     """``module`` itself when it returns a tensor or a flat tuple of tensors; else a wrapper that
     returns its outputs flattened in edgeship's order (:mod:`edgeship.outputs`) as a tuple: a traced
     dict cannot be exported by the TorchScript ONNX exporter (prim::DictConstruct)."""
@@ -223,17 +232,17 @@ def flat_outputs(module: Any, example_inputs: tuple[Any, ...], notes: list[str])
     class FlatOutputs(torch.nn.Module):
         """The module's outputs as one flat tuple, in edgeship's flattened order."""
 
-        def __init__(self, inner: Any) -> None:
+        def __init__(self, inner: torch.nn.Module) -> None:
             super().__init__()
             self.inner = inner
 
-        def forward(self, *args: Any) -> tuple[Any, ...]:
+        def forward(self, *args: torch.Tensor) -> tuple[Any, ...]:
             return tuple(value for _, value in outputs.flatten(self.inner(*args)))
 
     return FlatOutputs(module).eval()
 
 
-def capture_trace(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> Any:
+def capture_trace(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> torch.jit.ScriptModule:
     """jit.trace; when the tracer's own consistency check fails (as it does for
     nn.MultiheadAttention), trace again without it and let numeric validation judge."""
     import torch
@@ -259,7 +268,7 @@ def capture_trace(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> 
     return traced
 
 
-def capture_script(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> Any:
+def capture_script(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> torch.jit.ScriptModule:
     """jit.script: keeps Python control flow; needs TorchScript-compatible code."""
     import torch
 
@@ -270,7 +279,8 @@ def capture_script(model: LoadedModel, dynamic_batch: bool, notes: list[str]) ->
     return torch.jit.script(model.module)
 
 
-CAPTURE_METHODS = {"export": capture_export, "trace": capture_trace, "script": capture_script}
+CAPTURE_METHODS: dict[str, Callable[[LoadedModel, bool, list[str]], Program]] = {
+    "export": capture_export, "trace": capture_trace, "script": capture_script}
 
 
 def check_sizes(captured: Captured, predict: Callable[[list[np.ndarray]], list[np.ndarray]],

@@ -17,11 +17,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edgeship.calibration.dataset import Dataset
 
-Outputs = list[list[Any]]  # per batch of samples, each model output as a numpy array
+if TYPE_CHECKING:
+    import numpy as np
+
+    from edgeship.backends.base import AccuracyBudget
+
+Outputs = list[list["np.ndarray"]]  # per batch of samples, each model output as a numpy array
 MAX_SHARE = 0.25           # of the ranked layers, kept in float at most
 
 
@@ -31,7 +36,7 @@ class AutoKeep:
     ``failures(samples, reference, outputs)``) and ``real(kept)``, the real quantized model's
     outputs on every calibration sample with ``kept`` layers in float."""
 
-    budget: Any
+    budget: AccuracyBudget | None  # None: the variant has no accuracy gates (nothing is searched)
     real: Callable[[list[str]], Outputs]
 
 
@@ -44,11 +49,11 @@ class AutoChoice:
     cap: int
     tried: list[dict[str, Any]] = field(default_factory=list)
 
-    def details(self, budget: Any) -> dict[str, Any]:
+    def details(self, budget: AccuracyBudget) -> dict[str, Any]:
         return {"keep_float": "auto", "kept": len(self.kept), "cap": self.cap, "budget": budget.described(),
                 "failures_on_calibration": self.failures, "tried": self.tried}
 
-    def note(self, budget: Any, samples: int) -> str:
+    def note(self, budget: AccuracyBudget, samples: int) -> str:
         head = f"keep_float auto: {len(self.kept)} layer(s) kept in float"
         judged = f"the variant's gates ({budget.described()}) on {samples} calibration samples"
         if not self.failures:
@@ -74,7 +79,7 @@ def search(ranking: list[str], reference: Outputs, sample: Dataset, auto: AutoKe
     choice = AutoChoice([], [], cap)
 
     def fails(kept: int, how: str, run: Callable[[list[str]], Outputs]) -> list[str]:
-        found = auto.budget.failures(sample, ref, merged(run(ranking[:kept]), len(sample)))
+        found = cast("AccuracyBudget", auto.budget).failures(sample, ref, merged(run(ranking[:kept]), len(sample)))
         choice.tried.append({"kept": kept, "run": how, "failures": found[:3]})
         return found
 

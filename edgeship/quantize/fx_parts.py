@@ -24,14 +24,17 @@ import copy
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from edgeship.errors import LoweringError
 from edgeship.lowering.capture import fx_failure
 
+if TYPE_CHECKING:
+    import torch
+
 # prepare(module, example_inputs, non_traceable_names, scope) -> a prepared torch.fx.GraphModule; scope is
 # the traced module's qualified name ("" for the whole model); local_names() maps the model's names into it.
-Prepare = Callable[[Any, tuple[Any, ...], list[str], str], Any]
+Prepare = Callable[["torch.nn.Module", tuple["torch.Tensor", ...], list[str], str], "torch.fx.GraphModule"]
 INNER = "inner"   # the traced module's name inside a part's Bound wrapper
 
 
@@ -39,7 +42,7 @@ INNER = "inner"   # the traced module's name inside a part's Bound wrapper
 class FxParts:
     """The model with its prepared parts in place, which parts, and where FX stopped."""
 
-    module: Any
+    module: torch.nn.Module
     parts: list[str]                                   # qualified names; [""] when traced whole
     untraceable: dict[str, str] = field(default_factory=dict)   # module -> where and why FX stopped
     leaves: dict[str, list[str]] = field(default_factory=dict)  # part -> its submodules FX left as calls
@@ -65,7 +68,7 @@ class FxParts:
                 "layers, the code between them in float")
 
 
-def prepare_parts(module: Any, example_inputs: tuple[Any, ...], prepare: Prepare) -> FxParts:
+def prepare_parts(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], prepare: Prepare) -> FxParts:
     """A copy of ``module`` prepared whole by ``prepare`` when FX traces it, else part by part
     (``module`` itself is left as it is). Raises what ``prepare`` raised when nothing can be traced.
 
@@ -90,11 +93,11 @@ def prepare_parts(module: Any, example_inputs: tuple[Any, ...], prepare: Prepare
     return found
 
 
-def convert_parts(found: FxParts, convert: Callable[[Any], Any]) -> Any:
+def convert_parts(found: FxParts, convert: Callable[[Any], torch.nn.Module]) -> torch.nn.Module:
     """Every prepared graph converted by ``convert`` (innermost first); the model."""
     if found.whole:
         return convert(found.module)
-    parts = [m for m in found.module.modules() if isinstance(m, _part_class())]
+    parts = _parts(found.module)
     for part in reversed(parts):   # innermost first: converting a graph also visits the parts inside it
         part.traced = convert(part.traced)
     return found.module
@@ -112,15 +115,15 @@ def global_name(local: str, scope: str) -> str:
     return local if scope == "" else scope + local[len(INNER):]
 
 
-def graphs(model: Any) -> list[tuple[str, Any]]:
+def graphs(model: torch.nn.Module) -> list[tuple[str, Any]]:
     """Each graph of a model prepared (or converted) by ``prepare_parts``, with the scope it was
     traced at: every part's, or the model itself at "" when FX traced it whole."""
-    parts = [m for m in model.modules() if isinstance(m, _part_class())]
+    parts = _parts(model)
     return [(part.part_name, part.traced) for part in parts] if parts else [("", model)]
 
 
 @contextlib.contextmanager
-def parts_running(model: Any, runner: Callable[[str, Any], Callable[..., Any]]) -> Iterator[None]:
+def parts_running(model: torch.nn.Module, runner: Callable[[str, Any], Callable[..., Any]]) -> Iterator[None]:
     """Inside the block, each part of ``model`` (prepared by parts) hands its graph's inputs to
     ``runner(scope, graph)`` instead of calling the graph, and the rest of the model runs as
     written: how an interpreter over the prepared graphs (``observers.one_layer_interpreter``)
@@ -135,7 +138,7 @@ def parts_running(model: Any, runner: Callable[[str, Any], Callable[..., Any]]) 
         def forward(self, *args: Any) -> Any:
             return self.run(*args)
 
-    parts = [m for m in model.modules() if isinstance(m, _part_class())]
+    parts = _parts(model)
     traced = [part.traced for part in parts]
     try:
         for part, graph in zip(parts, traced):
@@ -152,18 +155,18 @@ class LayerCall:
     there, and that graph's nodes calling it."""
 
     scope: str
-    graph: Any
-    module: Any
-    nodes: list[Any]
+    graph: torch.fx.GraphModule
+    module: torch.nn.Module
+    nodes: list[Any]  # torch.fx.Node
 
 
-def called_modules(model: Any) -> dict[str, Any]:
+def called_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     """Every module a graph of ``model`` (whole, or each part) calls, by the model's module path."""
     return {global_name(node.target, scope): graph.get_submodule(node.target)
             for scope, graph in graphs(model) for node in graph.graph.nodes if node.op == "call_module"}
 
 
-def quantized_layers(prepared: Any) -> dict[str, LayerCall]:
+def quantized_layers(prepared: torch.nn.Module) -> dict[str, LayerCall]:
     """The Conv and Linear layers (fused ones too) a prepared model will quantize, by module path."""
     import torch
     from torch.ao.nn.intrinsic import _FusedModule
@@ -176,11 +179,12 @@ def quantized_layers(prepared: Any) -> dict[str, LayerCall]:
             inner = module[0] if isinstance(module, _FusedModule) else module
             if isinstance(inner, kinds) and getattr(module, "qconfig", None) is not None:
                 name = global_name(node.target, scope)
-                found.setdefault(name, LayerCall(scope, graph, module, [])).nodes.append(node)
+                layer = cast(torch.nn.Module, module)  # not None: inner is a layer
+                found.setdefault(name, LayerCall(scope, graph, layer, [])).nodes.append(node)
     return found
 
 
-def graph_code(module: Any) -> str:
+def graph_code(module: torch.nn.Module) -> str:
     """The code of every FX graph in ``module``: what fixes where observers sit (cache keys)."""
     import torch
 
@@ -193,7 +197,7 @@ class _Call:
 
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    output_spec: Any = None
+    output_spec: Any = None   # a pytree TreeSpec, once the module returned
 
     def tensor_slots(self) -> list[int | str]:
         import torch
@@ -205,7 +209,7 @@ class _Call:
         """Only tensors and plain constants: a tensor inside a list or tuple cannot be fixed."""
         import torch
 
-        def plain(value: Any) -> bool:
+        def plain(value: object) -> bool:
             if isinstance(value, (list, tuple, dict)):
                 items = value.values() if isinstance(value, dict) else value
                 return all(plain(v) and not isinstance(v, torch.Tensor) for v in items)
@@ -214,20 +218,22 @@ class _Call:
         return all(plain(v) for v in [*self.args, *self.kwargs.values()])
 
 
-def _prepare_children(module: Any, name: str, calls: dict[str, _Call], prepare: Prepare, found: FxParts) -> None:
+def _prepare_children(module: torch.nn.Module, name: str, calls: dict[str, _Call], prepare: Prepare,
+                      found: FxParts) -> None:
     """Each child of ``module`` (which FX cannot trace) as a part, or its children in turn."""
     for child_name, child in list(module.named_children()):
         setattr(module, child_name, _as_part(child, _join(name, child_name), calls, prepare, found))
 
 
-def _as_part(module: Any, name: str, calls: dict[str, _Call], prepare: Prepare, found: FxParts) -> Any:
+def _as_part(module: torch.nn.Module, name: str, calls: dict[str, _Call], prepare: Prepare,
+             found: FxParts) -> torch.nn.Module:
     """``module`` as a prepared Part when FX traces it (its untraceable submodules left as calls and
     made parts in turn); else ``module`` with its children handled so; unchanged without layers."""
     call = calls.get(name)
     if not layers(module) or call is None:
         return module
     leaves: list[str] = []
-    graph = None
+    graph: torch.fx.GraphModule | None = None
     while call.traceable():
         attempt = _bound(copy.deepcopy(module), call)   # ``module`` itself stays as it was (prepare_parts)
         try:
@@ -258,7 +264,7 @@ def _join(scope: str, name: str) -> str:
     return f"{scope}.{name}" if scope else name
 
 
-def _record_calls(module: Any, example_inputs: tuple[Any, ...]) -> dict[str, _Call]:
+def _record_calls(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...]) -> dict[str, _Call]:
     """Every submodule's first call (arguments and output structure) on the example inputs."""
     import torch
     from torch.utils import _pytree as pytree
@@ -266,10 +272,10 @@ def _record_calls(module: Any, example_inputs: tuple[Any, ...]) -> dict[str, _Ca
     calls: dict[str, _Call] = {}
     hooks = []
     for name, sub in module.named_modules():
-        def before(_: Any, args: tuple, kwargs: dict, name: str = name) -> None:
+        def before(_: torch.nn.Module, args: tuple, kwargs: dict, name: str = name) -> None:
             calls.setdefault(name, _Call(args, dict(kwargs)))
 
-        def after(_: Any, args: tuple, kwargs: dict, out: Any, name: str = name) -> None:
+        def after(_: torch.nn.Module, args: tuple, kwargs: dict, out: object, name: str = name) -> None:
             if calls[name].output_spec is None:
                 calls[name].output_spec = pytree.tree_structure(out)
 
@@ -289,7 +295,7 @@ def _slot_values(call: _Call, args: tuple[Any, ...] | None = None, kwargs: dict[
     return [args[slot] if isinstance(slot, int) else kwargs[slot] for slot in call.tensor_slots()]
 
 
-def _bound(module: Any, call: _Call) -> Any:
+def _bound(module: torch.nn.Module, call: _Call) -> torch.nn.Module:
     """A module whose forward takes only the call's tensors, in slot order, and calls ``module``
     exactly as the model did with them (FX traces it with every other argument a constant)."""
     import torch
@@ -301,7 +307,7 @@ def _bound(module: Any, call: _Call) -> Any:
     # parameter per tensor (t0, t1, ...: made here, nothing of the model's is executed).
     exec(f"def forward(self, {params}):\n    return self.call_inner(({params}{',' if slots else ''}))", namespace)
 
-    def call_inner(self: Any, tensors: tuple[Any, ...]) -> Any:
+    def call_inner(self: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> Any:
         args, kwargs = list(call.args), dict(call.kwargs)
         for slot, tensor in zip(slots, tensors):
             if isinstance(slot, int):
@@ -315,8 +321,21 @@ def _bound(module: Any, call: _Call) -> Any:
     return bound.train(module.training)
 
 
+class _Part(Protocol):
+    """What ``_part_class()`` makes, as the functions here use it."""
+
+    traced: torch.nn.Module
+    call: _Call
+    part_name: str
+
+
+def _parts(model: torch.nn.Module) -> list[_Part]:
+    """The Part modules inside ``model`` (prepared or converted by parts), outermost first."""
+    return [cast(_Part, m) for m in model.modules() if isinstance(m, _part_class())]
+
+
 @functools.cache
-def _part_class() -> type:
+def _part_class() -> type[torch.nn.Module]:
     """The Part module class (made on first use: importing this file needs no torch)."""
     import torch
     from torch.utils import _pytree as pytree
@@ -325,7 +344,7 @@ def _part_class() -> type:
         """A traced (prepared, later converted) graph in the place of the module it was traced from. Its
         graph is ``traced``, not ``graph``: a TorchScript module has a ``graph`` of its own."""
 
-        def __init__(self, graph: Any, call: _Call, name: str) -> None:
+        def __init__(self, graph: torch.nn.Module, call: _Call, name: str) -> None:
             super().__init__()
             self.traced, self.call, self.part_name = graph, call, name
 
@@ -346,7 +365,7 @@ def _part_class() -> type:
     return Part
 
 
-def _same_constant(given: Any, traced: Any) -> bool:
+def _same_constant(given: object, traced: object) -> bool:
     """Equal, or both tensors (a tensor is a graph input, whatever its value)."""
     import torch
 
@@ -358,7 +377,7 @@ def _same_constant(given: Any, traced: Any) -> bool:
         return given is traced
 
 
-def _innermost_module(error: BaseException, module: Any) -> str | None:
+def _innermost_module(error: BaseException, module: torch.nn.Module) -> str | None:
     """The name inside ``module`` of the innermost submodule whose own code was running when
     ``error`` was raised ("" for ``module`` itself; None when none of them was)."""
     names = {id(m): n for n, m in module.named_modules()}
@@ -371,7 +390,7 @@ def _innermost_module(error: BaseException, module: Any) -> str | None:
     return found
 
 
-def layers(module: Any, leaves: list[str] | tuple[str, ...] = ()) -> list[str]:
+def layers(module: torch.nn.Module, leaves: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The names of the Conv and Linear layers of ``module`` outside ``leaves`` (what an FX
     quantizer quantizes)."""
     import torch

@@ -18,18 +18,22 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset
 from edgeship.quantize.fx_parts import graph_code, graphs, parts_running
 from edgeship.quantize.quantized import calibrated
 
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
 OBSERVERS_FILE = "observers.pt"
 CALIBRATION_BATCH = 32
 
 
-def observers(prepared: Any, every_name: bool = False) -> dict[str, Any]:
+def observers(prepared: torch.nn.Module, every_name: bool = False) -> dict[str, torch.nn.Module]:
     """The observer modules of a prepared model, by name; with ``every_name``, also the further
     names of an observer shared by several tensors (as FX and PT2E share one for tensors that must
     have the same quantization)."""
@@ -37,7 +41,7 @@ def observers(prepared: Any, every_name: bool = False) -> dict[str, Any]:
             if name.rsplit(".", 1)[-1].startswith("activation_post_process") and hasattr(m, "calculate_qparams")}
 
 
-def run_samples(module: Any, data: Dataset, batch: int, flexible: bool = False) -> None:
+def run_samples(module: torch.nn.Module, data: Dataset, batch: int, flexible: bool = False) -> None:
     """Every sample through ``module`` (observers record as they go), ``batch`` at a time; a
     ``flexible`` module takes a shorter last batch, else it is padded by repeating its tail."""
     import torch
@@ -52,7 +56,7 @@ def run_samples(module: Any, data: Dataset, batch: int, flexible: bool = False) 
             module(*[torch.from_numpy(a) for a in part.values()])
 
 
-def takes_any_batch(module: Any, example: tuple[Any, ...]) -> bool:
+def takes_any_batch(module: torch.nn.Module, example: tuple[torch.Tensor, ...]) -> bool:
     """Whether ``module`` runs on twice the example batch and answers with twice the rows: then
     calibration runs CALIBRATION_BATCH samples at a time (observers cost per call, not per sample)."""
     import torch
@@ -67,7 +71,7 @@ def takes_any_batch(module: Any, example: tuple[Any, ...]) -> bool:
         return False
 
 
-def calibrate_observers(prepared: Any, data: Dataset, batch: int, cache: Cache | None,
+def calibrate_observers(prepared: torch.nn.Module, data: Dataset, batch: int, cache: Cache | None,
                         key_parts: dict[str, Any], flexible: bool = False) -> dict[str, Any]:
     """Calibrate ``prepared`` in place (or restore its observers from the cache); the cache facts."""
     import torch
@@ -95,15 +99,15 @@ class QuantParams:
     once; the observer's statistics are never updated), its integer range and dtype, per tensor
     or per channel along ``axis``."""
 
-    scale: Any
-    zero_point: Any
+    scale: torch.Tensor
+    zero_point: torch.Tensor
     quant_min: int
     quant_max: int
-    dtype: Any
+    dtype: torch.dtype
     axis: int | None
 
     @classmethod
-    def of(cls, observer: Any) -> QuantParams | None:
+    def of(cls, observer: Any) -> QuantParams | None:  # an observer or FakeQuantize module
         """The observer's quantization; None for one that does not quantize to integers."""
         import torch
 
@@ -116,7 +120,7 @@ class QuantParams:
         return cls(scale, zero_point, int(observer.quant_min), int(observer.quant_max), dtype,
                    int(observer.ch_axis) if per_channel else None)
 
-    def apply(self, x: Any) -> Any:
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` quantized and dequantized, with the quantized_decomposed ops convert_pt2e writes."""
         import torch
         import torch.ao.quantization.fx._decomposed  # noqa: F401  registers torch.ops.quantized_decomposed
@@ -127,9 +131,9 @@ class QuantParams:
             scale, zero_point = float(self.scale), int(self.zero_point)
             return ops.dequantize_per_tensor(ops.quantize_per_tensor(x, scale, zero_point, *limits),
                                              scale, zero_point, *limits)
-        scale, zero_point = self.scale.to(torch.float32), self.zero_point.to(torch.int64)
-        return ops.dequantize_per_channel(ops.quantize_per_channel(x, scale, zero_point, self.axis, *limits),
-                                          scale, zero_point, self.axis, *limits)
+        scales, zero_points = self.scale.to(torch.float32), self.zero_point.to(torch.int64)
+        return ops.dequantize_per_channel(ops.quantize_per_channel(x, scales, zero_points, self.axis, *limits),
+                                          scales, zero_points, self.axis, *limits)
 
 
 @dataclass
@@ -142,10 +146,11 @@ class OneLayer:
 
     inputs: dict[str, dict[int, QuantParams]] = field(default_factory=dict)  # node -> {argument: qparams}
     outputs: dict[str, QuantParams] = field(default_factory=dict)            # observer node -> qparams
-    modules: dict[str, Any] = field(default_factory=dict)                    # call_module target -> module
+    modules: dict[str, torch.nn.Module] = field(default_factory=dict)        # call_module target -> module
 
 
-def one_layer_plan(prepared: Any, nodes: list[Any], qparams: Callable[[Any], QuantParams | None]) -> OneLayer:
+def one_layer_plan(prepared: torch.nn.Module, nodes: list[Any],  # torch.fx.Node
+                   qparams: Callable[[torch.nn.Module], QuantParams | None]) -> OneLayer:
     """The observers that belong to ``nodes`` (one layer's calls in ``prepared``): each observer an
     argument comes from (input activation, and weight in PT2E), and the first observer after the
     node's output, through a fused activation (conv-relu). ``qparams(observer)`` computes or
@@ -161,11 +166,11 @@ def one_layer_plan(prepared: Any, nodes: list[Any], qparams: Callable[[Any], Qua
     return plan
 
 
-def _observer_node(node: Any, found: dict[str, Any]) -> bool:
+def _observer_node(node: Any, found: dict[str, torch.nn.Module]) -> bool:
     return getattr(node, "op", None) == "call_module" and node.target in found
 
 
-def _output_observer(node: Any, found: dict[str, Any], steps: int = 2) -> Any:
+def _output_observer(node: Any, found: dict[str, torch.nn.Module], steps: int = 2) -> Any:
     """The observer reading ``node``'s output, directly or through up to ``steps`` single-input ops."""
     for _ in range(steps + 1):
         users = list(node.users)
@@ -179,13 +184,13 @@ def _output_observer(node: Any, found: dict[str, Any], steps: int = 2) -> Any:
     return None
 
 
-def run_one_layer(prepared: Any, plan: OneLayer, data: Dataset, batch: int) -> list[list[Any]]:
+def run_one_layer(prepared: torch.fx.GraphModule, plan: OneLayer, data: Dataset, batch: int) -> list[list[np.ndarray]]:
     """The outputs of ``prepared`` on ``data`` (``batch`` samples a run, each output as a numpy
     array) with only ``plan``'s observers quantizing; an empty plan gives the float model's."""
     return run_batches(one_layer_interpreter(prepared, plan), data, batch)
 
 
-def one_layer_interpreter(prepared: Any, plan: OneLayer) -> Callable[..., Any]:
+def one_layer_interpreter(prepared: torch.fx.GraphModule, plan: OneLayer) -> Callable[..., object]:
     """A function that runs ``prepared``'s graph on its inputs with only ``plan``'s observers
     quantizing and every other observer passing its input through, never called (so never updated):
     what ``run_one_layer`` runs, and what runs inside each part of a model quantized by parts."""
@@ -210,7 +215,8 @@ def one_layer_interpreter(prepared: Any, plan: OneLayer) -> Callable[..., Any]:
     return lambda *inputs: OneLayerInterpreter(prepared).run(*inputs)
 
 
-def run_plans(prepared: Any, plans: dict[str, OneLayer], data: Dataset, batch: int) -> list[list[Any]]:
+def run_plans(prepared: torch.nn.Module, plans: dict[str, OneLayer], data: Dataset,
+              batch: int) -> list[list[np.ndarray]]:
     """The outputs of a calibrated prepared model (whole, or by parts) on ``data`` with each graph's
     observers quantizing as ``plans`` (by the scope it was traced at) say; none: float."""
     if graphs(prepared)[0][1] is prepared:  # traced whole: one graph
@@ -219,7 +225,7 @@ def run_plans(prepared: Any, plans: dict[str, OneLayer], data: Dataset, batch: i
         return run_batches(prepared, data, batch)
 
 
-def run_batches(run: Callable[..., Any], data: Dataset, batch: int) -> list[list[Any]]:
+def run_batches(run: Callable[..., object], data: Dataset, batch: int) -> list[list[np.ndarray]]:
     """The outputs of ``run`` (a module, or a function of the model's inputs) on ``data``, ``batch``
     samples a call (the last batch padded by repeating its tail): per batch, every tensor of the
     output structure as a numpy array, in its flattened order (``edgeship.outputs``)."""
@@ -229,7 +235,7 @@ def run_batches(run: Callable[..., Any], data: Dataset, batch: int) -> list[list
         return [_numpy_leaves(run(*[torch.from_numpy(a) for a in part.values()])) for part in data.batches(batch)]
 
 
-def _numpy_leaves(out: Any) -> list[Any]:
+def _numpy_leaves(out: object) -> list[np.ndarray]:
     """The tensors of a model's output structure (tuples, lists, dicts), as numpy arrays."""
     if isinstance(out, dict):
         out = list(out.values())

@@ -17,15 +17,18 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeship.calibration.dataset import Dataset
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_write_text
-from edgeship.quantize.autokeep import AutoKeep, search
+from edgeship.quantize.autokeep import AutoKeep, Outputs, search
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SENSITIVITY_FILE = "sensitivity.json"
 SENSITIVITY_IN_DETAILS = 10   # worst layers copied into results.json; the file has them all
@@ -38,9 +41,6 @@ MEASURES = {
     "sqnr_db": "accumulated: this layer's output in the fully quantized model against the same layer in the "
                "float model, SQNR dB; error from every quantized layer upstream counts too; null: identical",
 }
-
-Outputs = list[list[Any]]  # per batch of samples, each model output as a numpy array
-
 
 @dataclass
 class LayerSensitivity:
@@ -76,7 +76,7 @@ class OwnContribution:
     seconds: float = 0.0
 
 
-def sqnr_of(ref: Any, out: Any) -> float | None:
+def sqnr_of(ref: Sequence[np.ndarray], out: Sequence[np.ndarray]) -> float | None:
     """SQNR (dB) over paired lists of numpy arrays; None when they are identical."""
     import numpy as np
 

@@ -24,19 +24,23 @@ import os
 import platform
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from edgeship import outputs
 from edgeship.backends.aoti.cpu import IsaChoice, choose_isa, compile_where, cxx_version, missing_flags
 from edgeship.backends.aoti.spec import AOTI_INT8_REFUSAL, AotiSpec
-from edgeship.backends.base import Artifact, Backend, LowerRequest
+from edgeship.backends.base import Artifact, Backend, LowerRequest, Predict
+from edgeship.backends.spec import TargetCpu
 from edgeship.devices import aoti_build
 from edgeship.devices.cpu import cpu_facts
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
 from edgeship.lowering.capture import check_sizes
+
+if TYPE_CHECKING:
+    import torch
 
 DEVICE_NOTE = ("the artifact is the exported program: each device compiles it for its own CPU at its first run "
                "(aoti_build.py beside the runner; needs torch and g++ there) and reuses the package after; that "
@@ -50,7 +54,7 @@ class AotiBackend(AotiSpec, Backend):
     def lower(self, request: LowerRequest) -> Artifact:
         if request.variant.precision != "fp32":
             raise LoweringError(AOTI_INT8_REFUSAL)
-        opts, build = request.options, cpu_facts()
+        opts, build = cast(AotiSpec.Options, request.options), cpu_facts()
         targets = request.cpus if request.cpus is not None else [("host", build)]
         where, why = compile_where(opts.compile_on, targets, build)
         choice = choose_isa(opts.isa, targets, build, where)
@@ -58,9 +62,9 @@ class AotiBackend(AotiSpec, Backend):
             return self._write_program(request, choice, why)
         return self._compile_here(request, targets, choice, why)
 
-    def _compile_here(self, request: LowerRequest, targets: list[tuple[str, Any]], choice: IsaChoice,
+    def _compile_here(self, request: LowerRequest, targets: list[TargetCpu], choice: IsaChoice,
                       why: str) -> Artifact:
-        opts = request.options
+        opts = cast(AotiSpec.Options, request.options)
         path, compiler = cxx_version()
         if path is None:
             raise LoweringError(f"AOTInductor compiles C++ and the compiler is missing here ({compiler}): "
@@ -78,7 +82,8 @@ class AotiBackend(AotiSpec, Backend):
         with atomic_output(request.dest) as tmp, \
                 tempfile.TemporaryDirectory(prefix=".aoti-", dir=request.dest.parent) as work:
             named = Path(work) / request.dest.name
-            aoti_compile_and_package(request.captured.program, package_path=str(named), inductor_configs=configs)
+            program = cast("torch.export.ExportedProgram", request.captured.program)  # an export capture
+            aoti_compile_and_package(program, package_path=str(named), inductor_configs=configs)
             os.replace(named, tmp)
         details = {"compile_on": "build", "compile_on_why": why, "isa": choice.level, "isa_why": choice.why,
                    "march": choice.march or "native", "vec_isa": vec, "cpu_flags_required": required,
@@ -94,13 +99,14 @@ class AotiBackend(AotiSpec, Backend):
         at the spec's sizes by running the saved program (not compiled here)."""
         import torch
 
-        settings = compile_settings(request.options, choice)
+        opts = cast(AotiSpec.Options, request.options)
+        settings = compile_settings(opts, choice)
         with atomic_output(request.dest) as tmp:
-            torch.export.save(request.captured.program, str(tmp),
+            torch.export.save(cast(torch.export.ExportedProgram, request.captured.program), str(tmp),
                               extra_files={aoti_build.SETTINGS_FILE: json.dumps(settings, sort_keys=True)})
         details = {"compile_on": "device", "compile_on_why": why, "isa": choice.level, "isa_why": choice.why,
-                   "compile_settings": settings, "threads": request.options.threads or "set at run time",
-                   "freezing": request.options.freezing}
+                   "compile_settings": settings, "threads": opts.threads or "set at run time",
+                   "freezing": opts.freezing}
         notes = [f"compiled on the device ({why}), for {choice.level} ({choice.why})", DEVICE_NOTE]
         if request.captured.dynamic:
             module = torch.export.load(str(request.dest)).module()
@@ -108,14 +114,14 @@ class AotiBackend(AotiSpec, Backend):
         return Artifact(request.dest, notes, details)
 
 
-def compile_settings(opts: Any, choice: IsaChoice) -> dict[str, Any]:
+def compile_settings(opts: AotiSpec.Options, choice: IsaChoice) -> dict[str, Any]:
     """What aoti_build.inductor_configs compiles with: the level, its -march, simdlen and flags, and
     the options (freezing, threads, max_autotune)."""
     return {"isa": choice.level, "march": choice.march, "simdlen": choice.simdlen, "flags": list(choice.flags),
             "freezing": opts.freezing, "threads": opts.threads, "max_autotune": opts.max_autotune}
 
 
-def torch_predict(module: Any) -> Any:
+def torch_predict(module: torch.nn.Module) -> Predict:
     """A callable on numpy arrays running a torch module, outputs flattened (check_sizes' predict)."""
     import torch
 

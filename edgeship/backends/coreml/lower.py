@@ -15,7 +15,8 @@ shapes on the GPU or CPU), so opt is what a Mac or iPhone measures fastest.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from edgeship import outputs, shapes
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
@@ -27,22 +28,33 @@ from edgeship.lowering.capture import Captured, flat_outputs, fx_tracing
 from edgeship.quantize.fx_parts import convert_parts, prepare_parts
 from edgeship.results import VariantResult
 
+if TYPE_CHECKING:
+    import coremltools as ct
+    import torch
+    from coremltools.optimize.torch.quantization import LinearQuantizer
+    from coremltools.proto.Model_pb2 import FeatureDescription, Model
+
+    from edgeship.calibration.dataset import Dataset
+    from edgeship.lowering.capture import Program
+    from edgeship.spec import InputSpec, ModelSpec
+
 W8A8_MIN_TARGETS = ("iOS17", "iOS18", "macOS14", "macOS15")  # activation quantization needs iOS 17 ops
 
 
 class CoremlBackend(CoremlSpec, Backend):
     """Converts with coremltools and checks the saved package's interface; predicts only on macOS."""
 
-    def bundle_metadata(self, row: VariantResult, options: CoremlSpec.Options,
+    def bundle_metadata(self, row: VariantResult, options: CoremlSpec.Options,  # type: ignore[override]
                         toolchain: dict[str, str]) -> dict[str, Any]:
         return runtime_needs(row, options, toolchain)
 
-    def available(self, options: Any = None) -> str | None:
+    def available(self, options: CoremlSpec.Options | None = None) -> str | None:  # type: ignore[override]
         if sys.platform != "darwin":
             return "Core ML prediction needs macOS (coremltools predicts only there); measure on a Mac device"
         return None
 
-    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
+    def job_options(self, options: CoremlSpec.Options,  # type: ignore[override]
+                    precision: str = "fp32", spec: ModelSpec | None = None) -> dict[str, Any]:
         return {"compute_units": options.compute_units}
 
     def lower(self, request: LowerRequest) -> Artifact:
@@ -50,13 +62,14 @@ class CoremlBackend(CoremlSpec, Backend):
         notes: list[str] = int32_notes(request.captured.model.spec)  # refuses an int64 range beyond int32 first
         precision = request.variant.precision
         if precision == "int8":
-            program = self._w8a8_program(request, notes)
+            program: Program = self._w8a8_program(request, notes)
         else:
             program = _convertible(request.captured.program, request.captured.method)
         mlmodel = ct.convert(program, **convert_arguments(request, precision))
         if precision == "w8":
-            mlmodel = quantize_weights(mlmodel, request.options.weight_mode)
-            notes.append(f"int8 weights ({request.options.weight_mode}, per channel), fp16 activations")
+            mode = cast(CoremlSpec.Options, request.options).weight_mode
+            mlmodel = quantize_weights(mlmodel, mode)
+            notes.append(f"int8 weights ({mode}, per channel), fp16 activations")
         with atomic_output(request.dest) as tmp:
             mlmodel.save(str(tmp))
         details = check_interface(request.dest, request.captured.model.spec)
@@ -68,8 +81,8 @@ class CoremlBackend(CoremlSpec, Backend):
                          "sizes here (Core ML predicts only on macOS)")
         return Artifact(request.dest, notes, details)
 
-    def _w8a8_program(self, request: LowerRequest, notes: list[str]) -> Any:
-        target = request.options.minimum_deployment_target
+    def _w8a8_program(self, request: LowerRequest, notes: list[str]) -> torch.jit.ScriptModule:
+        target = cast(CoremlSpec.Options, request.options).minimum_deployment_target
         if target not in W8A8_MIN_TARGETS:
             raise LoweringError(f"int8 (w8a8) Core ML needs minimum_deployment_target of "
                                 f"{', '.join(W8A8_MIN_TARGETS)}; the variant asks for {target}")
@@ -82,12 +95,12 @@ class CoremlBackend(CoremlSpec, Backend):
         return _recapture(module, request.captured, notes)
 
 
-def _convertible(program: Any, method: str) -> Any:
+def _convertible(program: Program, method: str) -> Program:
     """coremltools takes ExportedPrograms after ATen decomposition, and traced TorchScript."""
-    return program.run_decompositions({}) if method == "export" else program
+    return cast("torch.export.ExportedProgram", program).run_decompositions({}) if method == "export" else program
 
 
-def _recapture(module: Any, captured: Captured, notes: list[str]) -> Any:
+def _recapture(module: torch.nn.Module, captured: Captured, notes: list[str]) -> torch.jit.ScriptModule:
     """The fake-quantized module, traced: torch.export cannot trace quantized tensors
     ("quantized nyi in meta tensors"), and coremltools converts the traced form. Dict outputs
     (torchvision's segmenters return {"out": ...}) are flattened first, as for the float trace."""
@@ -103,7 +116,7 @@ def convert_arguments(request: LowerRequest, precision: str) -> dict[str, Any]:
     import numpy as np
 
     spec = request.captured.model.spec
-    opts = request.options
+    opts = cast(CoremlSpec.Options, request.options)
     return {
         "inputs": [ct.TensorType(name=i.name, shape=shape, dtype=np.dtype(package_dtype(i.dtype)).type)
                    for i, shape in zip(spec.inputs, input_shapes(spec))],
@@ -115,7 +128,7 @@ def convert_arguments(request: LowerRequest, precision: str) -> dict[str, Any]:
     }
 
 
-def output_types(captured: Any) -> list[Any]:
+def output_types(captured: Captured) -> list[ct.TensorType]:
     """One ct.TensorType per flattened output, named as the float model's (edgeship.outputs); float
     outputs are float32 whatever the compute precision, others keep Core ML's own type."""
     import coremltools as ct
@@ -126,7 +139,7 @@ def output_types(captured: Any) -> list[Any]:
             for name, value in zip(captured.output_names(), values)]
 
 
-def input_shapes(spec: Any) -> list[Any]:
+def input_shapes(spec: ModelSpec) -> list[tuple[int, ...] | ct.Shape]:
     """Each input's shape for ct.TensorType: a tuple when fixed, else a ct.Shape whose dynamic
     dimensions are RangeDims, one object per group (a shared symbol: those dimensions are equal)."""
     import coremltools as ct
@@ -144,7 +157,7 @@ def input_shapes(spec: Any) -> list[Any]:
     return out
 
 
-def quantize_weights(mlmodel: Any, mode: str) -> Any:
+def quantize_weights(mlmodel: ct.models.MLModel, mode: str) -> ct.models.MLModel:
     """int8 linear weight quantization of every weight (coremltools.optimize.coreml)."""
     from coremltools.optimize.coreml import OpLinearQuantizerConfig, OptimizationConfig, linear_quantize_weights
 
@@ -152,7 +165,8 @@ def quantize_weights(mlmodel: Any, mode: str) -> Any:
     return linear_quantize_weights(mlmodel, config)
 
 
-def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any, notes: list[str]) -> Any:
+def activation_quantized(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ...], data: Dataset,
+                         notes: list[str]) -> torch.nn.Module:
     """A copy of ``module`` with int8 weights and activations whose ranges come from ``data``; a
     model torch.fx cannot trace whole is quantized by parts (edgeship.quantize.fx_parts).
 
@@ -162,9 +176,10 @@ def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any
 
     import torch
 
-    quantizers: dict[int, Any] = {}
+    quantizers: dict[int, LinearQuantizer] = {}
 
-    def prepare(part: Any, inputs: tuple[Any, ...], non_traceable: list[str], scope: str) -> Any:
+    def prepare(part: torch.nn.Module, inputs: tuple[torch.Tensor, ...], non_traceable: list[str],
+                scope: str) -> torch.fx.GraphModule:
         from coremltools.optimize.torch.quantization import (
             LinearQuantizer,
             LinearQuantizerConfig,
@@ -184,7 +199,7 @@ def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any
         # Calibration is post-training, so the model is traced as it is evaluated: train() does nothing.
         # The no-op is taken away again: the module is still called (and switched to eval) when a
         # prepare fails and its parts are quantized instead.
-        part.train = lambda mode=True: part
+        part.train = lambda mode=True: part  # type: ignore[method-assign]
         try:
             quantizer = LinearQuantizer(part, config)
             prepared = quantizer.prepare(example_inputs=inputs, inplace=True)
@@ -207,7 +222,7 @@ def activation_quantized(module: Any, example_inputs: tuple[Any, ...], data: Any
     return convert_parts(found, lambda graph: _finalize(quantizers[id(graph)], graph)).eval()
 
 
-def _finalize(quantizer: Any, graph: Any) -> Any:
+def _finalize(quantizer: LinearQuantizer, graph: torch.nn.Module) -> torch.nn.Module:
     """``quantizer.finalize`` of one part. It marks every quantized layer below the graph as
     compressed (a buffer ``..._compression_type`` listing the compressions), including the layers of
     parts inside it that their own finalize marked already; a layer marked twice reads as joint
@@ -220,7 +235,7 @@ def _finalize(quantizer: Any, graph: Any) -> Any:
     return finalized
 
 
-def check_interface(path: Any, spec: Any) -> dict[str, Any]:
+def check_interface(path: Path, spec: ModelSpec) -> dict[str, Any]:
     """Reload a saved package and compare its inputs and outputs with the model spec."""
     import coremltools as ct
 
@@ -247,7 +262,7 @@ def package_dtype(dtype: str) -> str:
     return "int32" if dtype == "int64" else dtype
 
 
-def int32_notes(spec: Any) -> list[str]:
+def int32_notes(spec: ModelSpec) -> list[str]:
     """What the variant's notes say about int64 inputs taken as int32, and whether their values fit."""
     notes = []
     for inp in spec.inputs:
@@ -265,7 +280,7 @@ def int32_notes(spec: Any) -> list[str]:
     return notes
 
 
-def expected_feature(inp: Any) -> dict[str, Any]:
+def expected_feature(inp: InputSpec) -> dict[str, Any]:
     """What the package should say of an input: name, default shape (opt), dtype, and for dynamic
     dimensions the [lower, upper] range of every dimension."""
     feature = {"name": inp.name, "shape": shapes.shape_at(inp, "opt"), "dtype": package_dtype(inp.dtype)}
@@ -274,7 +289,7 @@ def expected_feature(inp: Any) -> dict[str, Any]:
     return feature
 
 
-def _feature(feature: Any) -> dict[str, Any]:
+def _feature(feature: FeatureDescription) -> dict[str, Any]:
     array = feature.type.multiArrayType
     out = {"name": feature.name, "shape": [int(d) for d in array.shape],
            "dtype": ARRAY_TYPES.get(array.dataType, str(array.dataType))}
@@ -284,7 +299,7 @@ def _feature(feature: Any) -> dict[str, Any]:
     return out
 
 
-def _program_ops(spec: Any) -> dict[str, int]:
+def _program_ops(spec: Model) -> dict[str, int]:
     counts: dict[str, int] = {}
     for function in spec.mlProgram.functions.values():
         for block in function.block_specializations.values():

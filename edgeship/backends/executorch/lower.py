@@ -7,7 +7,7 @@ with dynamic dimensions is run at min, opt and max before it is kept, where this
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
 from edgeship.backends.executorch.bundle import runtime_needs
@@ -17,15 +17,19 @@ from edgeship.fsutil import atomic_write_bytes
 from edgeship.lowering.capture import check_sizes
 from edgeship.results import VariantResult
 
+if TYPE_CHECKING:
+    import torch
+    from executorch.exir.backend.partitioner import Partitioner
+
 
 class ExecutorchBackend(ExecutorchSpec, Backend):
     """Lowers an exported program with ``to_edge_transform_and_lower`` and the chosen partitioner."""
 
-    def bundle_metadata(self, row: VariantResult, options: ExecutorchSpec.Options,
+    def bundle_metadata(self, row: VariantResult, options: ExecutorchSpec.Options,  # type: ignore[override]
                         toolchain: dict[str, str]) -> dict[str, Any]:
         return runtime_needs(row, options, toolchain)
 
-    def available(self, options: Any = None) -> str | None:
+    def available(self, options: ExecutorchSpec.Options | None = None) -> str | None:  # type: ignore[override]
         if options is not None and options.partitioner == "coreml":
             return ("the ExecuTorch Core ML delegate runs only on Apple platforms (this runtime has no "
                     "CoreMLBackend); measure on a Mac or iPhone")
@@ -37,16 +41,19 @@ class ExecutorchBackend(ExecutorchSpec, Backend):
 
     def lower(self, request: LowerRequest) -> Artifact:
         exir = require("executorch.exir", self.name)
-        program, notes, details = request.captured.program, [], {}
+        opts = cast(ExecutorchSpec.Options, request.options)
+        program = cast("torch.export.ExportedProgram", request.captured.program)  # an export capture
+        notes: list[str] = []
+        details: dict[str, Any] = {}
         if request.variant.precision == "int8":
             program, quantized = quantize_pt2e(request)
             notes, details = list(quantized.notes), {"quantization": quantized.details}
-        partitioners = self._partitioners(request.options, request.variant.precision)
+        partitioners = self._partitioners(opts, request.variant.precision)
         edge = exir.to_edge_transform_and_lower(program, partitioner=partitioners)
         details = {**delegation_details(edge.exported_program().graph_module), **details}
         atomic_write_bytes(request.dest, edge.to_executorch().buffer)
         if details["non_delegated_ops"] and partitioners:
-            notes.append(f"not delegated to {request.options.partitioner} (portable kernels): "
+            notes.append(f"not delegated to {opts.partitioner} (portable kernels): "
                          + ", ".join(details["non_delegated_ops"]))
         if request.captured.dynamic:
             notes.append(self._check_sizes(request))
@@ -55,15 +62,16 @@ class ExecutorchBackend(ExecutorchSpec, Backend):
     def _check_sizes(self, request: LowerRequest) -> str:
         """Run the program at min, opt and max (fp32 compared with the float model; int8 checked for
         shapes), or say why it cannot run here."""
-        reason = self.available(request.options)
+        options = cast(ExecutorchSpec.Options, request.options)
+        reason = self.available(options)
         if reason is not None:
             return f"not run at the spec's sizes here: {reason}"
-        predict = self.load(request.dest, request.options)  # threads=None: the process's XNNPACK pool stays
+        predict = self.load(request.dest, options)  # threads=None: the process's XNNPACK pool stays
         return check_sizes(request.captured, predict, **({} if request.variant.precision == "fp32"
                                                          else {"min_sqnr_db": None}))
 
     @staticmethod
-    def _partitioners(options: Any, precision: str) -> list[Any]:
+    def _partitioners(options: ExecutorchSpec.Options, precision: str) -> list[Partitioner]:
         if options.partitioner == "portable":
             return []
         if options.partitioner == "coreml":
@@ -73,7 +81,7 @@ class ExecutorchBackend(ExecutorchSpec, Backend):
         return [XnnpackPartitioner()]
 
 
-def coreml_partitioner(options: Any, precision: str) -> Any:
+def coreml_partitioner(options: ExecutorchSpec.Options, precision: str) -> Partitioner:
     """ExecuTorch's Core ML partitioner with the deployment target, compute units and precision."""
     import coremltools as ct
     from executorch.backends.apple.coreml.compiler import CoreMLBackend
@@ -86,7 +94,7 @@ def coreml_partitioner(options: Any, precision: str) -> Any:
     return CoreMLPartitioner(compile_specs=specs)
 
 
-def delegation_details(graph_module: Any) -> dict[str, Any]:
+def delegation_details(graph_module: torch.fx.GraphModule) -> dict[str, Any]:
     """How many operator nodes were delegated, and which operators were not."""
     from executorch.devtools.backend_debug import get_delegation_info
 

@@ -9,7 +9,7 @@ fp32 inside the same program.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edgeship import shapes
 from edgeship.backends.base import LowerRequest
@@ -31,10 +31,15 @@ from edgeship.quantize.sensitivity import (
 )
 from edgeship.quantize.settings import QuantizationSettings
 
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer
+
 LAYER_OPS = ("conv", "linear")  # aten operators reported per layer (conv1d/2d/3d, convolution, linear)
 
 
-def quantize_pt2e(request: LowerRequest) -> tuple[Any, Quantized]:
+def quantize_pt2e(request: LowerRequest) -> tuple[torch.export.ExportedProgram, Quantized]:
     """The variant's capture quantized for XNNPACK: an ExportedProgram ready to lower, and the facts."""
     settings = request.variant.quantization or QuantizationSettings()
     if settings.scheme == "dynamic":
@@ -42,16 +47,19 @@ def quantize_pt2e(request: LowerRequest) -> tuple[Any, Quantized]:
     return _static(request, settings)
 
 
-def _dynamic(captured: Captured, settings: QuantizationSettings) -> tuple[Any, Quantized]:
+def _dynamic(captured: Captured,
+             settings: QuantizationSettings) -> tuple[torch.export.ExportedProgram, Quantized]:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    prepared = prepare_pt2e(captured.program.module(), xnnpack_quantizer(settings.per_channel, None, [], dynamic=True))
+    program = cast("torch.export.ExportedProgram", captured.program)  # an export capture
+    prepared = prepare_pt2e(program.module(), xnnpack_quantizer(settings.per_channel, None, [], dynamic=True))
     prepared(*captured.example_inputs)  # weight observers see the weights; activations stay dynamic
     program = _export(convert_pt2e(prepared), captured)
     return program, Quantized.describe("dynamic", "XNNPACK dynamic int8 (PT2E)", per_channel=settings.per_channel)
 
 
-def _static(request: LowerRequest, settings: QuantizationSettings) -> tuple[Any, Quantized]:
+def _static(request: LowerRequest,
+            settings: QuantizationSettings) -> tuple[torch.export.ExportedProgram, Quantized]:
     captured = request.captured
     method = settings.method or EXECUTORCH_QUANTIZATION.default_method
     data = request.calibration().take(settings.samples, settings.seed or 0)
@@ -82,31 +90,33 @@ def _static(request: LowerRequest, settings: QuantizationSettings) -> tuple[Any,
     return _export(converted, captured), done
 
 
-def graph_ops(program: Any) -> set[str]:
+def graph_ops(program: torch.export.ExportedProgram) -> set[str]:
     """The aten operators an exported program calls (what ``quantize/scope.py`` reads)."""
     return {str(n.target) for n in program.graph_module.graph.nodes if n.op == "call_function"}
 
 
-def run_graph(module: Any, data: Dataset, batch: int) -> Outputs:
+def run_graph(module: torch.fx.GraphModule, data: Dataset, batch: int) -> Outputs:
     """Every output of a (converted) graph module on ``data``, ``batch`` samples a call."""
     from edgeship.quantize.observers import OneLayer, run_one_layer
 
     return run_one_layer(module, OneLayer(), data, batch)
 
 
-def calibration_program(captured: Captured) -> tuple[Any, tuple[int, bool]]:
+def calibration_program(captured: Captured) -> tuple[torch.export.ExportedProgram, tuple[int, bool]]:
     """The program to quantize and its calibration batch: exported with a free batch dimension when
     the model allows it (observers cost per call, so 32 samples a call calibrate far faster), else
     the variant's own capture at the model's batch size. The result is exported again at that size."""
     try:
         return capture_export(captured.model, True, []), (CALIBRATION_BATCH, True)
     except Exception:  # batch-specific code: calibrate at the model's own batch size
-        return captured.program, (int(captured.example_inputs[0].shape[0]), False)
+        program = cast("torch.export.ExportedProgram", captured.program)  # an export capture
+        return program, (int(captured.example_inputs[0].shape[0]), False)
 
 
-def _calibrate_and_convert(program: Any, per_channel: bool, method: str, excluded: list[str], data: Dataset,
-                           batch: tuple[int, bool], cache: Cache | None, key: dict[str, Any],
-                           weighted: bool = False) -> tuple[Any, Any, dict[str, Any]]:
+def _calibrate_and_convert(program: torch.export.ExportedProgram, per_channel: bool, method: str,
+                           excluded: list[str], data: Dataset, batch: tuple[int, bool], cache: Cache | None,
+                           key: dict[str, Any], weighted: bool = False,
+                           ) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule, dict[str, Any]]:
     """prepare_pt2e, calibrate (or restore from the cache), convert_pt2e; the float reference too."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -117,7 +127,7 @@ def _calibrate_and_convert(program: Any, per_channel: bool, method: str, exclude
 
 
 def xnnpack_quantizer(per_channel: bool, method: str | None, excluded: list[str], dynamic: bool = False,
-                      weighted: bool = False) -> Any:
+                      weighted: bool = False) -> XNNPACKQuantizer:
     """XNNPACKQuantizer with its symmetric config; min-max activations on request; layers filtered
     out; with ``weighted``, only the convolutions and linear layers (no add, mul, cat, pooling)."""
     import dataclasses
@@ -149,7 +159,8 @@ def xnnpack_quantizer(per_channel: bool, method: str | None, excluded: list[str]
     return quantizer
 
 
-def layer_sensitivity(reference: Any, converted: Any, data: Dataset, batch: int) -> list[LayerSensitivity]:
+def layer_sensitivity(reference: torch.fx.GraphModule, converted: torch.fx.GraphModule, data: Dataset,
+                      batch: int) -> list[LayerSensitivity]:
     """Each conv / linear output (after its quantize-dequantize, as the next layer sees it) in the
     converted model against the same node in the float (prepared) model; named by owning module."""
     layers = layer_nodes(reference)
@@ -160,18 +171,18 @@ def layer_sensitivity(reference: Any, converted: Any, data: Dataset, batch: int)
             for name, node in layers.items() if name in out]
 
 
-def layer_nodes(prepared: Any) -> dict[str, Any]:
+def layer_nodes(prepared: torch.fx.GraphModule) -> dict[str, torch.fx.Node]:
     """The conv / linear calls of a prepared graph that belong to a module, by node name."""
     return {n.name: n for n in prepared.graph.nodes if n.op == "call_function"
             and any(k in str(n.target) for k in LAYER_OPS) and n.meta.get("nn_module_stack")}
 
 
-def _owner(node: Any) -> str:
+def _owner(node: torch.fx.Node) -> str:
     """The module a node's call belongs to (the name the quantizer's filter takes)."""
     return list(node.meta["nn_module_stack"].values())[-1][0]
 
 
-def one_layer_runs(reference: Any, data: Dataset, batch: int) -> OneLayerRuns:
+def one_layer_runs(reference: torch.fx.GraphModule, data: Dataset, batch: int) -> OneLayerRuns:
     """The float model's outputs and, for any layer (module), those of the calibrated prepared graph
     with only that module's observers quantizing: its input activations and weights (on its own
     edges) and its output (after a fused activation), each with the observer's own
@@ -183,7 +194,7 @@ def one_layer_runs(reference: Any, data: Dataset, batch: int) -> OneLayerRuns:
 
     from edgeship.quantize.observers import OneLayer, QuantParams, one_layer_plan, run_one_layer
 
-    by_module: dict[str, list[Any]] = {}
+    by_module: dict[str, list[torch.fx.Node]] = {}
     for node in layer_nodes(reference).values():
         by_module.setdefault(_owner(node), []).append(node)
     qparams = functools.cache(QuantParams.of)
@@ -200,7 +211,7 @@ def one_layer_runs(reference: Any, data: Dataset, batch: int) -> OneLayerRuns:
     return OneLayerRuns(run_one_layer(reference, OneLayer(), data, batch), only, without)
 
 
-def _after_qdq(node: Any) -> Any:
+def _after_qdq(node: torch.fx.Node) -> torch.fx.Node:
     """The dequantize that follows ``node``'s quantize, when its output is quantized; else ``node``."""
     users = list(node.users)
     if len(users) == 1 and "quantize_per" in str(users[0].target) and len(users[0].users) == 1:
@@ -208,14 +219,15 @@ def _after_qdq(node: Any) -> Any:
     return node
 
 
-def node_outputs(module: Any, watch: dict[str, str], data: Dataset, batch: int) -> dict[str, list[Any]]:
+def node_outputs(module: torch.fx.GraphModule, watch: dict[str, str], data: Dataset,
+                 batch: int) -> dict[str, list[np.ndarray]]:
     """The outputs of the nodes named in ``watch`` (recorded under its values) over every sample."""
     import torch
 
-    recorded: dict[str, list[Any]] = {label: [] for label in watch.values()}
+    recorded: dict[str, list[np.ndarray]] = {label: [] for label in watch.values()}
 
     class Recorder(torch.fx.Interpreter):
-        def run_node(self, n: Any) -> Any:
+        def run_node(self, n: torch.fx.Node) -> Any:
             result = super().run_node(n)
             if n.name in watch:
                 recorded[watch[n.name]].append(result.detach().numpy().copy())
@@ -227,7 +239,7 @@ def node_outputs(module: Any, watch: dict[str, str], data: Dataset, batch: int) 
     return recorded
 
 
-def _export(module: Any, captured: Captured) -> Any:
+def _export(module: torch.nn.Module, captured: Captured) -> torch.export.ExportedProgram:
     """The quantized module exported again, with the spec's dynamic dimensions (if any) kept free."""
     import torch
 

@@ -12,9 +12,9 @@ import contextlib
 import io
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edgeship import outputs, shapes
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
@@ -30,6 +30,12 @@ from edgeship.quantize.quantized import Quantized
 from edgeship.quantize.settings import QuantizationSettings
 from edgeship.results import VariantResult
 
+if TYPE_CHECKING:
+    import onnx
+    import torch
+
+    from edgeship.spec import ModelSpec
+
 DYNAMO_MIN_OPSET = 18
 
 
@@ -38,21 +44,22 @@ class OnnxLowering:
     backend says how its int8 picks ``reduce_range`` (``choose_int8``), what else it refuses
     (``check_model``) and how it runs the spec's sizes (``check_sizes``)."""
 
-    def wants_dynamic_batch(self, options: Any) -> bool:
+    def wants_dynamic_batch(self, options: OnnxSpec.Options) -> bool:
         return bool(options.dynamic_batch)
 
-    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
+    def job_options(self, options: OnnxSpec.Options, precision: str = "fp32",
+                    spec: ModelSpec | None = None) -> dict[str, Any]:
         return {"graph_optimization": options.graph_optimization}
 
     def choose_int8(self, request: LowerRequest) -> tuple[bool, str, dict]:
         return choose_for_cpus(request)
 
-    def host_level(self, options: Any) -> str:
+    def host_level(self, options: OnnxSpec.Options) -> str:
         """The graph optimization level ONNX Runtime on the build machine runs the int8 model at when
         the quantizer compares it with float (sensitivity, keep_float = "auto"): the artifact's own."""
         return options.graph_optimization
 
-    def check_model(self, model: Any) -> None:
+    def check_model(self, model: onnx.ModelProto) -> None:
         """Refuse a checked model this backend's runtime cannot load (LoweringError); default: none."""
 
     def check_sizes(self, request: LowerRequest) -> str | None:
@@ -61,12 +68,14 @@ class OnnxLowering:
 
     def lower(self, request: LowerRequest) -> Artifact:
         onnx = require("onnx", self.name)
-        notes, details = [], {}
+        opts = cast(OnnxSpec.Options, request.options)
+        notes: list[str] = []
+        details: dict[str, Any] = {}
         if request.variant.precision == "int8":
-            quantized = lower_int8(request, choose=self.choose_int8, level=self.host_level(request.options))
+            quantized = lower_int8(request, choose=self.choose_int8, level=self.host_level(opts))
             notes, details = list(quantized.notes), {"quantization": quantized.details}
         else:
-            export_onnx(request.captured, request.options.opset, request.options.dynamic_batch, request.dest)
+            export_onnx(request.captured, opts.opset, opts.dynamic_batch, request.dest)
         model = onnx.load(str(request.dest), load_external_data=False)
         onnx.checker.check_model(str(request.dest))
         self.check_model(model)
@@ -75,14 +84,14 @@ class OnnxLowering:
         return Artifact(request.dest, notes, {**graph_details(model), **details})
 
 
-class OnnxBackend(OnnxLowering, OnnxSpec, Backend):
+class OnnxBackend(OnnxLowering, OnnxSpec, Backend):  # type: ignore[misc]  # the mixin takes OnnxSpec.Options
     """Exports with the dynamo (export) or TorchScript (trace, script) exporter; int8 by ONNX Runtime."""
 
-    def bundle_metadata(self, row: VariantResult, options: OnnxSpec.Options,
+    def bundle_metadata(self, row: VariantResult, options: OnnxSpec.Options,  # type: ignore[override]
                         toolchain: dict[str, str]) -> dict[str, Any]:
         return runtime_needs(row, options, toolchain)
 
-    def available(self, options: Any = None) -> str | None:
+    def available(self, options: OnnxSpec.Options | None = None) -> str | None:  # type: ignore[override]
         try:
             require("onnxruntime", self.name)
         except LoweringError as e:
@@ -103,14 +112,15 @@ def lower_int8(request: LowerRequest, choose: Callable[[LowerRequest], tuple[boo
     int8's ``reduce_range`` comes from ``choose`` (default: the profile's, else chosen for the
     target CPUs, ``request.cpus``), which returns it, why, and details to record."""
     settings = request.variant.quantization or QuantizationSettings()
+    opts = cast(OnnxSpec.Options, request.options)
     with tempfile.TemporaryDirectory(prefix="edgeship-onnx-") as work:
         fp32 = Path(work) / "fp32.onnx"
-        export_onnx(request.captured, request.options.opset, request.options.dynamic_batch, fp32)
+        export_onnx(request.captured, opts.opset, opts.dynamic_batch, fp32)
         if settings.scheme == "dynamic":
             return quantize_dynamic_onnx(fp32, request.dest, per_channel=settings.per_channel)
         data = request.calibration().take(settings.samples, settings.seed or 0)
         reduce_range, why, chosen = (choose or choose_for_cpus)(request)
-        quantized = quantize_qdq(fp32, request.dest, data, activations=request.options.activations,
+        quantized = quantize_qdq(fp32, request.dest, data, activations=opts.activations,
                                  reduce_range=reduce_range,
                                  per_channel=settings.per_channel,
                                  method=settings.method or ONNX_QUANTIZATION.default_method,
@@ -126,7 +136,8 @@ def lower_int8(request: LowerRequest, choose: Callable[[LowerRequest], tuple[boo
 def choose_for_cpus(request: LowerRequest) -> tuple[bool, str, dict]:
     """``reduce_range`` as the profile sets it, else from the CPUs the artifact will run on."""
     cpus = this_machine() if request.cpus is None else request.cpus
-    reduce_range, why = choose_reduce_range(request.options.reduce_range, request.options.activations, cpus)
+    opts = cast(OnnxSpec.Options, request.options)
+    reduce_range, why = choose_reduce_range(opts.reduce_range, opts.activations, cpus)
     return reduce_range, why, {"cpus": cpu_details(cpus)}
 
 
@@ -144,7 +155,7 @@ def export_onnx(captured: Captured, opset: int, dynamic_batch: bool, dest: Path)
                 raise LoweringError(f"opset {opset}: the torch.export ONNX exporter writes opset "
                                     f"{DYNAMO_MIN_OPSET} or later; put trace or script first in this "
                                     "variant's capture order for older opsets")
-            forget_pending_unbacked_symbols(captured.program)
+            forget_pending_unbacked_symbols(cast("torch.export.ExportedProgram", captured.program))
             with contextlib.redirect_stdout(io.StringIO()):
                 program = torch.onnx.export(captured.program, dynamo=True, opset_version=opset,
                                             input_names=names, output_names=output_names, verbose=False)
@@ -158,7 +169,7 @@ def export_onnx(captured: Captured, opset: int, dynamic_batch: bool, dest: Path)
         name_dims(tmp, axes)
 
 
-def forget_pending_unbacked_symbols(program: Any) -> None:
+def forget_pending_unbacked_symbols(program: torch.export.ExportedProgram) -> None:
     """Let ``program`` be exported to ONNX again. Exporting runs its decompositions, which leave the
     unbacked symbols of data-dependent sizes (NMS's box count) pending in the program's shape
     environment; the next export of the same program (the int8 variant's fp32 graph, TensorRT's)
@@ -201,11 +212,11 @@ def name_dims(path: Path, names: dict[str, dict[int, str]]) -> None:
     onnx.save(model, str(path))
 
 
-def graph_details(model: Any) -> dict[str, Any]:
+def graph_details(model: onnx.ModelProto) -> dict[str, Any]:
     """Opset, input and output signatures, and operator counts of an ONNX model."""
     import onnx
 
-    def signature(values: Any) -> list[dict[str, Any]]:
+    def signature(values: Sequence[onnx.ValueInfoProto]) -> list[dict[str, Any]]:
         return [{"name": v.name,
                  "shape": [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim],
                  "dtype": onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name}

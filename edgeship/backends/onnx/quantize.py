@@ -17,7 +17,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset
@@ -34,6 +34,12 @@ from edgeship.quantize.sensitivity import (
     sqnr_of,
 )
 
+if TYPE_CHECKING:
+    import numpy as np
+    import onnx
+
+    from edgeship.backends.base import AccuracyBudget
+
 Activations = Literal["uint8", "int8-symmetric"]
 ORT_METHODS = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
 FORMS = {"uint8": "U8S8 (uint8 activations, int8 weights)",
@@ -49,7 +55,7 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
                  keep_float: int | str = 0, sensitivity: bool = True, cache: Cache | None = None,
                  quantize_bias: bool = True, reduce_range: bool | None = None,
                  graph_optimization: str | None = None, operators: str = "auto",
-                 budget: Any = None) -> Quantized:
+                 budget: AccuracyBudget | None = None) -> Quantized:
     """Write ``dest``: the float ONNX model at ``fp32_path`` statically quantized to QDQ.
 
     ``calibration`` holds the samples (one array per ONNX input name). ``activations`` is
@@ -182,7 +188,7 @@ class _Reader:
     def __init__(self, data: Dataset, batch: int) -> None:
         self._batches = iter(data.batches(batch))
 
-    def get_next(self) -> dict[str, Any] | None:
+    def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self._batches, None)
 
     def __iter__(self):  # collect_activations iterates the reader
@@ -268,7 +274,7 @@ def run_outputs(path: Path, data: Dataset, batch: int, level: str) -> Outputs:
         runner.close()
 
 
-def _computing_node(producers: dict[str, Any], tensor: str) -> Any:
+def _computing_node(producers: dict[str, onnx.NodeProto], tensor: str) -> onnx.NodeProto | None:
     """The node computing ``tensor`` in a QDQ model (looking through its QuantizeLinear input)."""
     from onnxruntime.quantization.quant_utils import QUANT_INPUT_SUFFIX
 

@@ -15,7 +15,7 @@ depend on the visitor's CPU the way native VNNI kernels do.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edgeship.backends.base import Backend, LowerRequest, require
 from edgeship.backends.onnx.lower import OnnxLowering
@@ -26,6 +26,9 @@ from edgeship.errors import LoweringError
 from edgeship.lowering.capture import check_sizes
 from edgeship.results import VariantResult
 
+if TYPE_CHECKING:
+    import onnx
+
 # The newest ONNX IR version onnxruntime-web 1.30's wasm backend loads (a newer one fails in the
 # page: "Unsupported model IR version: 14, max supported IR version: 13").
 WEB_MAX_IR_VERSION = 13
@@ -33,10 +36,10 @@ WEB_REDUCE_RANGE = ("8-bit weights (reduce_range off): onnxruntime-web's wasm SI
                     "and adds in 32, so nothing saturates, whatever CPU the visitor has")
 
 
-class OnnxWebBackend(OnnxLowering, OnnxWebSpec, Backend):
+class OnnxWebBackend(OnnxLowering, OnnxWebSpec, Backend):  # type: ignore[misc]  # the mixin takes OnnxSpec.Options
     """Lowers like the onnx backend; int8 with 8-bit weights; IR versions the wasm backend loads."""
 
-    def bundle_metadata(self, row: VariantResult, options: OnnxWebSpec.Options,
+    def bundle_metadata(self, row: VariantResult, options: OnnxWebSpec.Options,  # type: ignore[override]
                         toolchain: dict[str, str]) -> dict[str, Any]:
         return runtime_needs(row, options, toolchain)
 
@@ -44,18 +47,18 @@ class OnnxWebBackend(OnnxLowering, OnnxWebSpec, Backend):
     # onnx-web variant is measured in a browser
     build_runtime = "onnxruntime"
 
-    def available(self, options: Any = None) -> str | None:
+    def available(self, options: OnnxWebSpec.Options | None = None) -> str | None:  # type: ignore[override]
         return BROWSER_ONLY
 
     def choose_int8(self, request: LowerRequest) -> tuple[bool, str, dict]:
         return web_reduce_range(request)
 
-    def host_level(self, options: Any) -> str:
+    def host_level(self, options: OnnxWebSpec.Options) -> str:  # type: ignore[override]
         """Q/DQ run as written on the build machine: the wasm kernels widen to 16 bits, which x86's
         fused int8 kernels without VNNI do not (they would saturate 8-bit weights the browser takes)."""
         return "disabled"
 
-    def check_model(self, model: Any) -> None:
+    def check_model(self, model: onnx.ModelProto) -> None:
         check_ir_version(model)
 
     def check_sizes(self, request: LowerRequest) -> str | None:
@@ -68,7 +71,7 @@ class OnnxWebBackend(OnnxLowering, OnnxWebSpec, Backend):
         return note + " (checked with native ONNX Runtime on the build machine)"
 
 
-def check_ir_version(model: Any) -> None:
+def check_ir_version(model: onnx.ModelProto) -> None:
     """Refuse a model the wasm backend cannot load, before it reaches a browser."""
     if model.ir_version > WEB_MAX_IR_VERSION:
         raise LoweringError(f"ONNX IR version {model.ir_version}: onnxruntime-web loads IR versions up to "
@@ -77,6 +80,6 @@ def check_ir_version(model: Any) -> None:
 
 def web_reduce_range(request: LowerRequest) -> tuple[bool, str, dict]:
     """The profile's ``reduce_range`` (default off) and why; the visitor's CPU does not decide it."""
-    if request.options.reduce_range:
+    if cast(OnnxWebSpec.Options, request.options).reduce_range:
         return True, "7-bit weights (reduce_range): set by the profile", {}
     return False, WEB_REDUCE_RANGE, {}

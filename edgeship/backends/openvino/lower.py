@@ -24,19 +24,26 @@ import contextlib
 import io
 import re
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
 from edgeship.backends.onnx.lower import export_onnx, onnx_output_names
 from edgeship.backends.openvino.bundle import runtime_needs
 from edgeship.backends.openvino.cpu import BF16_FLAGS, lacking_bf16
 from edgeship.backends.openvino.spec import OpenvinoSpec
+from edgeship.backends.spec import TargetCpu
 from edgeship.errors import LoweringError, first_line
 from edgeship.fsutil import atomic_output
 from edgeship.lowering.capture import Captured, check_sizes
 from edgeship.quantize.cpu_choice import cpu_details, this_machine
 from edgeship.results import VariantResult
+
+if TYPE_CHECKING:
+    import openvino
+
+    from edgeship.spec import ModelSpec
 
 XML, BIN = "model.xml", "model.bin"
 RT_KEY = ["edgeship", "inference_precision"]  # where the IR records what it computes in
@@ -46,24 +53,25 @@ GENERATED_NAME = re.compile(r"[A-Za-z]+_\d+")  # a node name the converter numbe
 class OpenvinoBackend(OpenvinoSpec, Backend):
     """Converts with ``openvino.convert_model`` (ONNX as the fallback), saves IR; int8 by NNCF."""
 
-    def bundle_metadata(self, row: VariantResult, options: OpenvinoSpec.Options,
+    def bundle_metadata(self, row: VariantResult, options: OpenvinoSpec.Options,  # type: ignore[override]
                         toolchain: dict[str, str]) -> dict[str, Any]:
         return runtime_needs(row, options, toolchain)
 
-    def available(self, options: Any = None) -> str | None:
+    def available(self, options: OpenvinoSpec.Options | None = None) -> str | None:  # type: ignore[override]
         try:
             require("openvino", self.name)
         except LoweringError as e:
             return str(e)
         return None
 
-    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
+    def job_options(self, options: OpenvinoSpec.Options,  # type: ignore[override]
+                    precision: str = "fp32", spec: ModelSpec | None = None) -> dict[str, Any]:
         # No inference precision: the runner takes the one the IR records it was validated with.
         return {"performance_hint": options.performance_hint}
 
     def lower(self, request: LowerRequest) -> Artifact:
         ov = require("openvino", self.name)
-        precision, opts = request.variant.precision, request.options
+        precision, opts = request.variant.precision, cast(OpenvinoSpec.Options, request.options)
         compute = inference_precision(precision, opts)
         notes: list[str] = []
         details: dict[str, Any] = {"openvino": ov.__version__, "inference_precision": compute}
@@ -93,7 +101,7 @@ class OpenvinoBackend(OpenvinoSpec, Backend):
                                      **({} if precision == "fp32" else {"min_sqnr_db": None})))
         return Artifact(request.dest, notes, details)
 
-    def unavailable_here(self, options: Any, precision: str) -> str | None:
+    def unavailable_here(self, options: OpenvinoSpec.Options, precision: str) -> str | None:  # type: ignore[override]
         reason = self.available(options)
         if reason is None and inference_precision(precision, options) == "bf16" and lacking_bf16(this_machine()):
             model = this_machine()[0][1].get("model") or "model unknown"
@@ -102,12 +110,12 @@ class OpenvinoBackend(OpenvinoSpec, Backend):
         return reason
 
 
-def inference_precision(precision: str, options: Any) -> str:
+def inference_precision(precision: str, options: OpenvinoSpec.Options | None) -> str:
     """What the CPU plugin computes a variant of this precision in (INFERENCE_PRECISION_HINT)."""
     return OpenvinoSpec.computes_in(precision, {"inference_precision": getattr(options, "inference_precision", None)})
 
 
-def check_bf16_cpus(cpus: list[tuple[str, dict[str, Any] | None]] | None) -> str:
+def check_bf16_cpus(cpus: list[TargetCpu] | None) -> str:
     """A note on which target CPUs can compute the bf16 IR: those with bf16 instructions, those
     without (the IR is not measured there: the runner refuses it, and on this machine the row says
     why) and those whose flags are unknown (the runner checks there)."""
@@ -123,7 +131,7 @@ def check_bf16_cpus(cpus: list[tuple[str, dict[str, Any] | None]] | None) -> str
     return note + (f"; flags of {', '.join(unknown)} unknown: the runner checks there" if unknown else "")
 
 
-def convert(captured: Captured, opts: Any, work: Path, notes: list[str]) -> tuple[Any, str]:
+def convert(captured: Captured, opts: OpenvinoSpec.Options, work: Path, notes: list[str]) -> tuple[openvino.Model, str]:
     """The ov.Model converted from the capture, or from ONNX (``options.convert_from``), and which."""
     import openvino as ov
 
@@ -146,7 +154,7 @@ def convert(captured: Captured, opts: Any, work: Path, notes: list[str]) -> tupl
         return ov.convert_model(str(onnx_path)), "onnx"
 
 
-def name_and_shape(model: Any, captured: Captured) -> None:
+def name_and_shape(model: openvino.Model, captured: Captured) -> None:
     """Give the IR's inputs the spec's names and shapes (a dynamic dimension bounded min..max) and
     its outputs the float model's flattened names; LoweringError when the counts differ."""
     import openvino as ov
@@ -169,7 +177,7 @@ def name_and_shape(model: Any, captured: Captured) -> None:
     stable_names(model, spec.name)
 
 
-def stable_names(model: Any, name: str) -> None:
+def stable_names(model: openvino.Model, name: str) -> None:
     """Names that come out the same in every process: the converter numbers the model and the nodes
     it makes up (``Model3``, ``Multiply_72630``) from counters of the whole process, so the same
     program converts to different IR text (and stage-cache and calibration-cache keys) after other
@@ -198,7 +206,7 @@ def ir_details(folder: Path) -> dict[str, Any]:
             dtype = op.get_element_type().get_type_name()
             weights[dtype] = weights.get(dtype, 0) + 1
 
-    def signature(ports: Any) -> list[dict[str, Any]]:
+    def signature(ports: Sequence[openvino.Output]) -> list[dict[str, Any]]:
         return [{"name": p.get_any_name(), "shape": str(p.get_partial_shape()),
                  "dtype": p.get_element_type().get_type_name()} for p in ports]
 
@@ -208,7 +216,7 @@ def ir_details(folder: Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def quiet() -> Any:
+def quiet() -> Iterator[None]:
     """The converter's own prints kept off edgeship's progress display."""
     with contextlib.redirect_stdout(io.StringIO()):
         yield

@@ -31,12 +31,13 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from edgeship.backends.openvino.cpu import choose_overflow_fix
-from edgeship.backends.openvino.spec import OPENVINO_QUANTIZATION
+from edgeship.backends.openvino.spec import OPENVINO_QUANTIZATION, OpenvinoSpec
 from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import LoweringError, first_line
@@ -54,6 +55,14 @@ from edgeship.quantize.sensitivity import (
 )
 from edgeship.quantize.settings import QuantizationSettings
 
+if TYPE_CHECKING:
+    import openvino
+
+    from edgeship.backends.base import LowerRequest
+
+# A layer's constant input: (layer name, input port), or (layer name, "bias") for the bias added after it.
+ConstantKey = tuple[str, int | str]
+
 QUANTIZED_XML = "quantized.xml"
 BIAS_FILE = "bias_correction.json"  # beside the cached quantized IR: the bias correction NNCF used
 BIAS_CORRECTIONS = ("full", "fast", "none")  # NNCF's, tried in this order from the one the options ask
@@ -62,7 +71,7 @@ WEIGHTED_OPS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData", "M
 WALK = 4  # ops between a layer and the FakeQuantize NNCF put on its input, at most
 
 
-def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
+def quantize_nncf(model: openvino.Model, request: LowerRequest) -> tuple[openvino.Model, Quantized]:
     """``model`` (an ov.Model in float) quantized by nncf.quantize on ``request``'s calibration data,
     and the facts. ``request`` is the lowering request (variant, options, calibration, cache, dest)."""
     import openvino as ov
@@ -70,8 +79,8 @@ def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
     nncf = import_nncf()
     settings = request.variant.quantization or QuantizationSettings()
     method = settings.method or OPENVINO_QUANTIZATION.default_method
-    data = request.calibration().take(settings.samples, settings.seed or 0)
-    opts, spec = request.options, request.captured.model.spec
+    data = request.calibration().take(settings.samples, settings.seed or 0)  # type: ignore[misc]  # int8: set
+    opts, spec = cast(OpenvinoSpec.Options, request.options), request.captured.model.spec
     batch = int(spec.inputs[0].shape[0])
     subset = min(opts.subset_size or len(data), len(data))
     cpus = this_machine() if request.cpus is None else request.cpus
@@ -92,7 +101,7 @@ def quantize_nncf(model: Any, request: Any) -> tuple[Any, Quantized]:
         facts: dict[str, Any] = {}
         bias: dict[str, Any] = {}
 
-        def quantized(ignored: list[str]) -> Any:
+        def quantized(ignored: list[str]) -> openvino.Model:
             def compute(folder: Path) -> None:
                 out, used = run_nncf(lambda: core.read_model(str(float_xml)), data, batch, nncf_args, ignored)
                 ov.save_model(out, str(folder / QUANTIZED_XML), compress_to_fp16=False)
@@ -145,7 +154,7 @@ def bias_used(entry: Path, args: dict[str, Any]) -> dict[str, Any]:
     return {"bias_correction": "fast" if args["fast_bias_correction"] else "full", "bias_correction_refused": []}
 
 
-def import_nncf() -> Any:
+def import_nncf() -> ModuleType:
     """nncf, imported without torch's warning when NNCF's torch part looks for CUDA."""
     with quiet_loggers(TORCH_CUDA_LOGGER):
         import nncf
@@ -166,7 +175,7 @@ def quiet_loggers(*names: str, level: int = logging.ERROR) -> Iterator[None]:
             logger.setLevel(old)
 
 
-def choose_model_type(asked: str | None, operators: str, model: Any) -> tuple[str | None, str]:
+def choose_model_type(asked: str | None, operators: str, model: openvino.Model) -> tuple[str | None, str]:
     """NNCF's model_type: the profile's, else "transformer" where ``operators`` resolves to weighted
     layers only (``quantize/scope.py``: by default, a graph with attention and layer normalization),
     and why."""
@@ -178,8 +187,8 @@ def choose_model_type(asked: str | None, operators: str, model: Any) -> tuple[st
     return "transformer", scope.reason + "; NNCF's transformer scheme quantizes the MatMul inputs only"
 
 
-def run_nncf(read_model: Callable[[], Any], data: Dataset, batch: int, args: dict[str, Any], ignored: list[str]
-             ) -> tuple[Any, dict[str, Any]]:
+def run_nncf(read_model: Callable[[], openvino.Model], data: Dataset, batch: int, args: dict[str, Any],
+             ignored: list[str]) -> tuple[openvino.Model, dict[str, Any]]:
     """nncf.quantize with ``args`` (edgeship's names) on ``data`` in batches of ``batch``, and the bias
     correction it used. NNCF refuses its bias corrections on some graphs (the full one on a model with
     an ``If``, as a detector with its own NMS has): the next one is tried then (full, fast, none),
@@ -198,7 +207,8 @@ def run_nncf(read_model: Callable[[], Any], data: Dataset, batch: int, args: dic
     raise AssertionError("unreachable: bias correction none raises or returns")
 
 
-def quantize_once(model: Any, data: Dataset, batch: int, args: dict[str, Any], ignored: list[str], bias: str) -> Any:
+def quantize_once(model: openvino.Model, data: Dataset, batch: int, args: dict[str, Any], ignored: list[str],
+                  bias: str) -> openvino.Model:
     """One nncf.quantize call with bias correction ``bias`` (full, fast or none)."""
     import nncf
     from nncf.quantization.advanced_parameters import (
@@ -231,8 +241,8 @@ def quantize_once(model: Any, data: Dataset, batch: int, args: dict[str, Any], i
                              advanced_parameters=advanced, **extra)
 
 
-def layer_sensitivity(core: Any, float_model: Any, quantized: Any, data: Dataset, batch: int
-                      ) -> list[LayerSensitivity]:
+def layer_sensitivity(core: openvino.Core, float_model: openvino.Model, quantized: openvino.Model, data: Dataset,
+                      batch: int                      ) -> list[LayerSensitivity]:
     """Each convolution's and MatMul's output in ``quantized`` against the same node in
     ``float_model`` (matched by friendly name), both computed in f32 on ``data``. Each layer's
     values are read by the tensor name of the model output ``add_outputs`` gives for its port: a
@@ -256,7 +266,8 @@ def layer_sensitivity(core: Any, float_model: Any, quantized: Any, data: Dataset
             for i, name in enumerate(names)]
 
 
-def one_layer_runs(core: Any, float_model: Any, quantized: Any, data: Dataset, batch: int) -> OneLayerRuns:
+def one_layer_runs(core: openvino.Core, float_model: openvino.Model, quantized: openvino.Model, data: Dataset,
+                   batch: int) -> OneLayerRuns:
     """The float model's outputs and, for any layer, those of the float model with that layer alone
     as the quantized model computes it (``with_layer_quantized``), both compiled with f32 inference
     as the accumulated measure compiles them. NNCF is not run again: the quantized model's
@@ -283,7 +294,8 @@ def one_layer_runs(core: Any, float_model: Any, quantized: Any, data: Dataset, b
     return OneLayerRuns(run_outputs(core, float_model, data, batch), only, without)
 
 
-def with_layer_quantized(float_model: Any, quant_op: Any, values: dict[tuple[str, Any], np.ndarray]) -> Any:
+def with_layer_quantized(float_model: openvino.Model, quant_op: openvino.Node,
+                         values: dict[ConstantKey, np.ndarray]) -> openvino.Model:
     """A copy of ``float_model`` whose layer named as ``quant_op`` (the same layer in the quantized
     model) reads its inputs as ``quant_op`` does: the FakeQuantize nodes on its activation inputs
     copied in, on this layer's edges only, and its weights and the bias added after it replaced by
@@ -291,7 +303,8 @@ def with_layer_quantized(float_model: Any, quant_op: Any, values: dict[tuple[str
     return with_layers_quantized(float_model, [quant_op], values)
 
 
-def with_layers_quantized(float_model: Any, quant_ops: list[Any], values: dict[tuple[str, Any], np.ndarray]) -> Any:
+def with_layers_quantized(float_model: openvino.Model, quant_ops: list[openvino.Node],
+                          values: dict[ConstantKey, np.ndarray]) -> openvino.Model:
     """``with_layer_quantized`` for several layers at once, in one copy of ``float_model``."""
     model = float_model.clone()
     ops = {o.get_friendly_name(): o for o in weighted_ops(model)}
@@ -309,14 +322,14 @@ def with_layers_quantized(float_model: Any, quant_ops: list[Any], values: dict[t
     return model
 
 
-def layer_constants(ops: list[Any]) -> dict[tuple[str, Any], np.ndarray]:
+def layer_constants(ops: list[openvino.Node]) -> dict[ConstantKey, np.ndarray]:
     """What the quantized model computes from constants alone for each layer in ``ops``, keyed by
     (layer, input port) and (layer, "bias"): its weights (the int8 values times their scales, as its
     kernels use them) and the bias added right after it. All are computed in one f32 compilation."""
     import openvino as ov
     import openvino.opset13 as opset
 
-    wanted: dict[tuple[str, Any], Any] = {}
+    wanted: dict[ConstantKey, openvino.Output] = {}
     for op in ops:
         name = op.get_friendly_name()
         for port in range(op.get_input_size()):
@@ -334,7 +347,7 @@ def layer_constants(ops: list[Any]) -> dict[tuple[str, Any], np.ndarray]:
     return {key: np.array(computed[i]) for i, key in enumerate(wanted)}
 
 
-def _from_constants(node: Any, depth: int = 8) -> bool:
+def _from_constants(node: openvino.Node, depth: int = 8) -> bool:
     """Whether ``node`` is computed from constants alone (weights, their scales, a bias)."""
     if node.get_type_name() == "Constant":
         return True
@@ -343,7 +356,7 @@ def _from_constants(node: Any, depth: int = 8) -> bool:
     return all(_from_constants(node.input_value(i).get_node(), depth - 1) for i in range(node.get_input_size()))
 
 
-def _bias_input(op: Any) -> Any:
+def _bias_input(op: openvino.Node) -> openvino.Input | None:
     """The constant input of the Add that alone reads ``op``'s output (the layer's bias), or None."""
     readers = list(op.output(0).get_target_inputs())
     if len(readers) != 1 or readers[0].get_node().get_type_name() != "Add":
@@ -352,7 +365,7 @@ def _bias_input(op: Any) -> Any:
     return other if _from_constants(other.get_source_output().get_node()) else None
 
 
-def _set_constant(port: Any, value: np.ndarray, layer: str) -> None:
+def _set_constant(port: openvino.Input, value: np.ndarray, layer: str) -> None:
     """Feed the input ``port`` from a new constant holding ``value`` (of the shape it had)."""
     import openvino.opset13 as opset
 
@@ -363,7 +376,7 @@ def _set_constant(port: Any, value: np.ndarray, layer: str) -> None:
     port.replace_source_output(opset.constant(value.astype(np.float32)).output(0))
 
 
-def _copy_fake_quantize(op: Any, port: Any, quant_op: Any) -> None:
+def _copy_fake_quantize(op: openvino.Node, port: int, quant_op: openvino.Node) -> None:
     """Give ``op``'s input ``port`` the FakeQuantize the quantized model puts there: right in front of
     the layer, or up to WALK ops further up where NNCF placed it in front of ops that only move
     data (MaxPool, Reshape, Transpose: one input that is not a constant); no FakeQuantize there,
@@ -382,7 +395,7 @@ def _copy_fake_quantize(op: Any, port: Any, quant_op: Any) -> None:
         consumer, quant_consumer, port = source, quant_source, data_inputs[0]
 
 
-def _insert_fake_quantize(port: Any, like: Any) -> None:
+def _insert_fake_quantize(port: openvino.Input, like: openvino.Node) -> None:
     """A FakeQuantize with the ranges and levels of ``like`` in front of the input ``port``."""
     import openvino.opset13 as opset
 
@@ -398,14 +411,14 @@ def _insert_fake_quantize(port: Any, like: Any) -> None:
     port.replace_source_output(copy.output(0))
 
 
-def run_outputs(core: Any, model: Any, data: Dataset, batch: int) -> Outputs:
+def run_outputs(core: openvino.Core, model: openvino.Model, data: Dataset, batch: int) -> Outputs:
     """Every output of ``model`` (compiled with f32 inference) on ``data``, ``batch`` samples a run."""
     compiled = core.compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     request = compiled.create_infer_request()
     return [[np.array(value) for value in request.infer(item).values()] for item in data.batches(batch)]
 
 
-def weighted_ops(model: Any) -> list[Any]:
+def weighted_ops(model: openvino.Model) -> list[openvino.Node]:
     """The convolution and MatMul nodes of an ov.Model: the layers sensitivity reports and NNCF's
     ignored scope keeps in float."""
     return [op for op in model.get_ordered_ops() if op.get_type_name() in WEIGHTED_OPS]

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from edgeship.backends.base import Artifact, Backend, LowerRequest
 from edgeship.backends.pytorch_mobile.bundle import runtime_needs
@@ -22,35 +23,43 @@ from edgeship.fsutil import atomic_output_named
 from edgeship.lowering.capture import check_sizes
 from edgeship.results import VariantResult
 
+if TYPE_CHECKING:
+    import torch
+
+    from edgeship.spec import ModelSpec
+
 
 class PytorchMobileBackend(PytorchMobileSpec, Backend):
     """Lowers to a ``.ptl`` (fp32, or int8 by the FX quantizer for the chosen engine)."""
 
-    def bundle_metadata(self, row: VariantResult, options: PytorchMobileSpec.Options,
+    def bundle_metadata(self, row: VariantResult, options: PytorchMobileSpec.Options,  # type: ignore[override]
                         toolchain: dict[str, str]) -> dict[str, Any]:
         return runtime_needs(row, options, toolchain)
 
-    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
+    def job_options(self, options: PytorchMobileSpec.Options,  # type: ignore[override]
+                    precision: str = "fp32", spec: ModelSpec | None = None) -> dict[str, Any]:
         return {"quantized_engine": options.engine}  # int8 kernels are packed for it when loaded
 
     def lower(self, request: LowerRequest) -> Artifact:
         if request.variant.precision == "int8":
             return self._lower_int8(request)
-        return self._save(request, request.captured.program, [], {})
+        return self._save(request, cast("torch.jit.ScriptModule", request.captured.program), [], {})  # trace, script
 
     def _lower_int8(self, request: LowerRequest) -> Artifact:
         """Quantize the float module with the engine set, capture it as the variant asks, save it."""
         from edgeship.backends.pytorch_mobile.quantize import capture_like, quantize_module, quantized_engine
 
-        with quantized_engine(request.options.engine):
-            module, quantized = quantize_module(request, request.options.engine)
+        engine = cast(PytorchMobileSpec.Options, request.options).engine
+        with quantized_engine(engine):
+            module, quantized = quantize_module(request, engine)
             program = capture_like(request.captured, module)
             return self._save(request, program, quantized.notes, {"quantization": quantized.details})
 
-    def _save(self, request: LowerRequest, program: Any, notes: list[str], details: dict[str, Any]) -> Artifact:
+    def _save(self, request: LowerRequest, program: torch.jit.ScriptModule, notes: list[str],
+              details: dict[str, Any]) -> Artifact:
         import torch
 
-        opts = request.options
+        opts = cast(PytorchMobileSpec.Options, request.options)
         notes = list(notes)
         frozen = torch.jit.freeze(program.eval())
         if opts.optimize:
@@ -75,12 +84,13 @@ class PytorchMobileBackend(PytorchMobileSpec, Backend):
         from edgeship.backends.pytorch_mobile.quantize import quantized_engine
 
         fp32 = request.variant.precision == "fp32"
-        with quantized_engine(request.options.engine):
-            predict = self.load(request.dest, request.options, threads=None)
+        opts = cast(PytorchMobileSpec.Options, request.options)
+        with quantized_engine(opts.engine):
+            predict = self.load(request.dest, opts, threads=None)
             return check_sizes(request.captured, predict, **({} if fp32 else {"min_sqnr_db": None}))
 
     @staticmethod
-    def _optimize(frozen: Any, notes: list[str]) -> Any:
+    def _optimize(frozen: torch.jit.ScriptModule, notes: list[str]) -> torch.jit.ScriptModule:
         from torch.utils.mobile_optimizer import optimize_for_mobile
 
         try:
@@ -94,7 +104,7 @@ class PytorchMobileBackend(PytorchMobileSpec, Backend):
         return optimized
 
     @staticmethod
-    def _meet_bytecode_version(path: Any, wanted: int | None, notes: list[str]) -> int:
+    def _meet_bytecode_version(path: Path, wanted: int | None, notes: list[str]) -> int:
         from torch.jit.mobile import _backport_for_mobile, _get_model_bytecode_version
 
         current = _get_model_bytecode_version(str(path))
@@ -125,7 +135,7 @@ def custom_operators(operators: list[str]) -> list[str]:
     return [op for op in operators if op.split("::")[0] not in MOBILE_NAMESPACES]
 
 
-def operator_list(path: Any) -> list[str]:
+def operator_list(path: Path) -> list[str]:
     """The root operators a lite-interpreter artifact needs (what a selective build must include)."""
     from torch.jit.mobile import _export_operator_list, _load_for_lite_interpreter
 

@@ -13,7 +13,7 @@ import copy
 import functools
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from edgeship.backends.base import LowerRequest
 from edgeship.backends.pytorch_mobile.spec import MOBILE_QUANTIZATION
@@ -52,6 +52,15 @@ from edgeship.quantize.sensitivity import (
 )
 from edgeship.quantize.settings import QuantizationSettings
 
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from torch.ao.quantization import QConfigMapping
+
+    # convert(kept, copy_prepared): the quantized model, the cache facts, the parts, and the calibrated
+    # prepared model when asked for a copy of it
+    Converted: TypeAlias = tuple[torch.nn.Module, dict[str, Any], FxParts, Any]
+
 ENGINES = ("qnnpack", "x86", "fbgemm")
 # 7-bit activations for x86 and fbgemm on every x86 CPU, VNNI or not (unlike ONNX's reduce_range,
 # quantize/cpu_choice.py): FBGEMM's int8 depthwise convolutions are AVX2 code (vpmaddubsw pairs into
@@ -76,7 +85,7 @@ def quantized_engine(engine: str) -> Iterator[None]:
         torch.backends.quantized.engine = previous
 
 
-def quantize_module(request: LowerRequest, engine: str) -> tuple[Any, Quantized]:
+def quantize_module(request: LowerRequest, engine: str) -> tuple[torch.nn.Module, Quantized]:
     """The float module quantized for ``engine`` (call inside ``quantized_engine(engine)``)."""
     settings = request.variant.quantization or QuantizationSettings()
     if settings.scheme == "dynamic":
@@ -84,7 +93,7 @@ def quantize_module(request: LowerRequest, engine: str) -> tuple[Any, Quantized]
     return _static(request, settings, engine)
 
 
-def _dynamic(module: Any, settings: QuantizationSettings, engine: str) -> tuple[Any, Quantized]:
+def _dynamic(module: torch.nn.Module, settings: QuantizationSettings, engine: str) -> tuple[torch.nn.Module, Quantized]:
     import torch
     from torch.ao.quantization import default_dynamic_qconfig, per_channel_dynamic_qconfig, quantize_dynamic
 
@@ -95,7 +104,7 @@ def _dynamic(module: Any, settings: QuantizationSettings, engine: str) -> tuple[
                                          quantized_engine=engine, per_channel=settings.per_channel)
 
 
-def _static(request: LowerRequest, settings: QuantizationSettings, engine: str) -> tuple[Any, Quantized]:
+def _static(request: LowerRequest, settings: QuantizationSettings, engine: str) -> tuple[torch.nn.Module, Quantized]:
     """FX static int8 of the operators ``settings.operators`` resolves to, with the layers
     ``keep_float`` names (a number, or "auto": as few as the variant's gates need) in float, chosen
     by the per-layer sensitivity of the model traced whole or by parts."""
@@ -132,12 +141,12 @@ class _Conversions:
     calibrated prepared model when the sensitivity is ``measured``) and the last one asked for are
     remembered, so the model ``keep_float = "auto"`` settles on is not made twice."""
 
-    def __init__(self, convert: Callable[..., tuple[Any, dict[str, Any], FxParts, Any]], measured: bool) -> None:
+    def __init__(self, convert: Callable[..., Converted], measured: bool) -> None:
         self.convert = convert
         self.first = convert([], measured)
         self.last: tuple[tuple[str, ...], Any] = ((), self.first)
 
-    def get(self, kept: list[str]) -> tuple[Any, dict[str, Any], FxParts, Any]:
+    def get(self, kept: list[str]) -> Converted:
         if not kept:
             return self.first
         if self.last[0] != tuple(kept):
@@ -167,12 +176,13 @@ def model_ops(captured: Captured) -> set[str]:
     return ops
 
 
-def _measure(module: Any, prepared: Any, quantized: Any, whole: bool,
+def _measure(module: torch.nn.Module, prepared: torch.nn.Module, quantized: torch.nn.Module, whole: bool,
              ) -> Callable[[Dataset, int], list[LayerSensitivity]]:
     """The accumulated measure: FX's numeric suite for a model traced whole, forward hooks on the
     layers of both models for one quantized by parts (the suite needs one graph of the whole model)."""
     if whole:
-        return lambda sample, size: layer_sensitivity(module, quantized, sample, size)
+        graph = cast("torch.fx.GraphModule", quantized)  # traced whole: one graph
+        return lambda sample, size: layer_sensitivity(module, graph, sample, size)
     return lambda sample, size: layer_sensitivity_by_hooks(prepared, quantized, sample, size)
 
 
@@ -184,16 +194,17 @@ def _parts_details(found: FxParts) -> dict[str, Any]:
                          "layers_quantized": found.layers[0], "layers": found.layers[1]}}
 
 
-def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, data: Dataset,
-                           batch: tuple[int, bool], cache: Cache | None, key: dict[str, Any],
-                           copy_prepared: bool = False) -> tuple[Any, dict[str, Any], FxParts, Any]:
+def _calibrate_and_convert(module: torch.nn.Module, example: tuple[torch.Tensor, ...], mapping: QConfigMapping,
+                           data: Dataset, batch: tuple[int, bool], cache: Cache | None, key: dict[str, Any],
+                           copy_prepared: bool = False) -> Converted:
     """prepare_fx (whole or by parts), calibrate (or restore from the cache), convert_fx: the
     quantized model, the cache facts, the parts, and with ``copy_prepared`` a copy of the calibrated
     prepared model (convert_fx changes the prepared graphs it is given)."""
     from torch.ao.quantization.fx.custom_config import PrepareCustomConfig
     from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
 
-    def prepare(part: Any, inputs: tuple[Any, ...], non_traceable: list[str], scope: str) -> Any:
+    def prepare(part: torch.nn.Module, inputs: tuple[torch.Tensor, ...], non_traceable: list[str],
+                scope: str) -> torch.fx.GraphModule:
         part_mapping = copy.deepcopy(mapping)
         for name, qconfig in mapping.module_name_qconfigs.items():  # as the part's graph names them
             for local in local_names([name], scope):
@@ -210,7 +221,7 @@ def _calibrate_and_convert(module: Any, example: tuple[Any, ...], mapping: Any, 
 
 
 def qconfig_mapping(engine: str, method: str, per_channel: bool, excluded: list[str],
-                    weighted: list[tuple[str, type]] | None = None) -> Any:
+                    weighted: list[tuple[str, type]] | None = None) -> QConfigMapping:
     """The engine's default mapping (fixed-range ops kept) with the chosen observers; with
     ``weighted`` (the model's Conv and Linear layers: name, type), only those layers and functional
     linear and conv calls; ``excluded`` float."""
@@ -230,7 +241,7 @@ def qconfig_mapping(engine: str, method: str, per_channel: bool, excluded: list[
     return mapping
 
 
-def weighted_only(full: Any, weighted: list[tuple[str, type]]) -> Any:
+def weighted_only(full: QConfigMapping, weighted: list[tuple[str, type]]) -> QConfigMapping:
     """A mapping that quantizes the ``weighted`` layers (name, type) and the functional linear and
     conv calls, each as ``full`` would, and nothing else (no LayerNorm, add, mul, softmax). Layers
     are set by name, not by type: a type would have to be set for every module FX fuses with it
@@ -247,7 +258,8 @@ def weighted_only(full: Any, weighted: list[tuple[str, type]]) -> Any:
     return mapping
 
 
-def layer_sensitivity(module: Any, quantized: Any, data: Dataset, batch: int) -> list[LayerSensitivity]:
+def layer_sensitivity(module: torch.nn.Module, quantized: torch.fx.GraphModule, data: Dataset,
+                      batch: int) -> list[LayerSensitivity]:
     """Each quantized module's output against the matching float subgraph's (PyTorch's FX numeric
     suite matches fused layers such as conv-bn-relu); named by module path."""
     import torch.ao.ns._numeric_suite_fx as ns
@@ -268,7 +280,8 @@ def layer_sensitivity(module: Any, quantized: Any, data: Dataset, batch: int) ->
     return layers
 
 
-def layer_sensitivity_by_hooks(prepared: Any, quantized: Any, data: Dataset, batch: int) -> list[LayerSensitivity]:
+def layer_sensitivity_by_hooks(prepared: torch.nn.Module, quantized: torch.nn.Module, data: Dataset,
+                               batch: int) -> list[LayerSensitivity]:
     """Each quantized layer's output in the converted model against the same module's in the
     calibrated prepared model run in float (observers passed through, batch norm folded and
     activations fused as convert sees them, so a conv-relu is compared after its relu on both
@@ -276,7 +289,7 @@ def layer_sensitivity_by_hooks(prepared: Any, quantized: Any, data: Dataset, bat
     ref = {name: call.module for name, call in quantized_layers(prepared).items()}
     out = {name: m for name, m in called_modules(quantized).items() if "quantized" in type(m).__module__}
     names = [name for name in ref if name in out]
-    seen: dict[str, tuple[list[Any], list[Any]]] = {name: ([], []) for name in names}
+    seen: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {name: ([], []) for name in names}
 
     def record(name: str, side: int) -> Callable[..., None]:
         return lambda _module, _inputs, output: seen[name][side].append(_numpy(output))
@@ -292,7 +305,7 @@ def layer_sensitivity_by_hooks(prepared: Any, quantized: Any, data: Dataset, bat
     return [LayerSensitivity(name, type(out[name]).__name__, sqnr_of(*seen[name])) for name in names]
 
 
-def one_layer_runs(prepared: Any, data: Dataset, batch: int) -> OneLayerRuns:
+def one_layer_runs(prepared: torch.nn.Module, data: Dataset, batch: int) -> OneLayerRuns:
     """The float model's outputs and, for any layer (module path), those of the calibrated prepared
     model (whole, or each of its parts) with only that layer quantized: its input and output
     observers quantizing with their own ``calculate_qparams()`` (what convert_fx gives the quantize
@@ -324,7 +337,7 @@ def one_layer_runs(prepared: Any, data: Dataset, batch: int) -> OneLayerRuns:
     return OneLayerRuns(run([]), only, lambda kept: run([n for n in layers_found if n not in set(kept)]))
 
 
-def with_quantized_weight(layer: Any) -> Any:
+def with_quantized_weight(layer: Any) -> torch.nn.Module:  # a prepared layer: it has a qconfig
     """A copy of a prepared FX layer (a Conv or Linear, or a fused module holding one, batch norm
     already folded in) with its weight quantized and dequantized as convert_fx quantizes it: by a
     fresh observer of the layer's ``qconfig.weight`` kind that has seen that weight."""
@@ -343,11 +356,11 @@ def with_quantized_weight(layer: Any) -> Any:
     return copied
 
 
-def _numpy(tensor: Any) -> Any:
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
     return (tensor.dequantize() if tensor.is_quantized else tensor).detach().numpy()
 
 
-def capture_like(captured: Captured, module: Any) -> Any:
+def capture_like(captured: Captured, module: torch.nn.Module) -> torch.jit.ScriptModule:
     """Capture the quantized ``module`` as the float one was (script or trace). An FX-converted
     module (or one with FX-converted parts) is always traced: FX already removed Python control
     flow, and scripting its generated code trips over postponed type annotations."""

@@ -19,7 +19,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edgeship import shapes
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
@@ -29,6 +29,10 @@ from edgeship.devices import tensorrt_engine
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_write_text
 from edgeship.lowering.capture import check_sizes
+
+if TYPE_CHECKING:
+    from edgeship.quantize.quantized import Quantized
+    from edgeship.spec import ModelSpec
 
 ENGINE_FILES = ("engine.json", "tensorrt_engine.py", "build_engine.sh")
 NMS_NOTE = ("the graph holds ONNX NonMaxSuppression, which TensorRT 10's ONNX parser builds as an INMSLayer "
@@ -42,7 +46,8 @@ TensorrtOptions = TensorrtSpec.Options
 class TensorrtBackend(TensorrtSpec, Backend):
     """Writes the static-shape ONNX (S8S8 QDQ for int8) and the settings the device builds the engine with."""
 
-    def job_options(self, options: Any, precision: str = "fp32", spec: Any = None) -> dict[str, Any]:
+    def job_options(self, options: TensorrtOptions,  # type: ignore[override]
+                    precision: str = "fp32", spec: ModelSpec | None = None) -> dict[str, Any]:
         """The runner builds the engine where TensorRT imports, else runs the ONNX Runtime proxy;
         an int8 (Q/DQ) proxy runs unoptimized so the quantization executes as written. With the
         model ``spec``, an engine for dynamic dimensions gets its min/opt/max profile."""
@@ -53,7 +58,7 @@ class TensorrtBackend(TensorrtSpec, Backend):
 
     def lower(self, request: LowerRequest) -> Artifact:
         require("onnx", self.name)
-        opts, precision = request.options, request.variant.precision
+        opts, precision = cast(TensorrtOptions, request.options), request.variant.precision
         notes: list[str] = []
         with tempfile.TemporaryDirectory(prefix="edgeship-trt-") as work:
             fp32 = Path(work) / "model.fp32.onnx"
@@ -101,7 +106,7 @@ class TensorrtBackend(TensorrtSpec, Backend):
         return details
 
     @staticmethod
-    def _quantize(request: LowerRequest, fp32: Path) -> Any:
+    def _quantize(request: LowerRequest, fp32: Path) -> Quantized:
         """Symmetric int8 activations and weights (zero points 0), float biases: the Q/DQ forms
         TensorRT's parser takes (its DequantizeLinear reads int8 with a zero point of 0)."""
         from edgeship.backends.onnx.quantize import quantize_qdq
@@ -130,7 +135,8 @@ def simplify(path: Path, notes: list[str]) -> None:
     notes.append(f"onnxslim {onnxslim.__version__}: {before} -> {len(slimmed.graph.node)} nodes")
 
 
-def engine_settings(onnx_name: str, precision: str, opts: TensorrtOptions, spec: Any = None) -> dict[str, Any]:
+def engine_settings(onnx_name: str, precision: str, opts: TensorrtOptions,
+                    spec: ModelSpec | None = None) -> dict[str, Any]:
     """The builder settings engine.json carries to the device; with a ``spec`` that has dynamic
     dimensions, the min/opt/max input shapes of its optimization profile."""
     settings = {"onnx": onnx_name, "engine": Path(onnx_name).with_suffix(".engine").name,

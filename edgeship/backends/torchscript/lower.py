@@ -5,12 +5,15 @@ lite interpreter's ``.ptl``). Its operator list is recorded; operators outside A
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from edgeship.backends.base import Artifact, Backend, LowerRequest
 from edgeship.backends.torchscript.spec import TorchscriptSpec
 from edgeship.fsutil import atomic_output_named
 from edgeship.lowering.capture import check_sizes
+
+if TYPE_CHECKING:
+    import torch
 
 LIBTORCH_NAMESPACES = ("aten", "prim", "quantized", "_quantized", "prepacked", "mkldnn", "mkldnn_prepacked")
 
@@ -21,8 +24,8 @@ class TorchscriptBackend(TorchscriptSpec, Backend):
     def lower(self, request: LowerRequest) -> Artifact:
         import torch
 
-        opts, notes = request.options, []
-        module = request.captured.program.eval()
+        opts, notes = cast(TorchscriptSpec.Options, request.options), []
+        module = cast(torch.jit.ScriptModule, request.captured.program).eval()  # a trace or script capture
         if opts.freeze:
             module = torch.jit.freeze(module)
         if opts.optimize_for_inference:
@@ -40,7 +43,7 @@ class TorchscriptBackend(TorchscriptSpec, Backend):
         return Artifact(request.dest, notes, {"operators": operators, "frozen": opts.freeze})
 
 
-def operator_list(module: Any) -> list[str]:
+def operator_list(module: torch.jit.ScriptModule) -> list[str]:
     """The root operators the module calls (``torch.jit.export_opnames``), overload names dropped."""
     import torch
 
