@@ -277,11 +277,10 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
     with progress.step(f"measure on {', '.join(d.name for d in plan.devices)}") as status:
         measure_all(tasks, plan.profile.latency, progress)
         status["result"] = f"{sum(t.reused is None for t in tasks)} measurement(s)"
-    for row, _job, unavailable in jobs:
+    for row, _job, _unavailable in jobs:
         record_measurements(row, [t for t in tasks if t.row is row], ref, current)
         if row.backend != "eager":
-            judge_row(row, plan.profile.gates_for(_variant(plan, row.name)), ref.judge.task, ref.names,
-                      runs_here=not unavailable, spec=model.spec)
+            judge_row(row, plan.profile.gates_for(_variant(plan, row.name)), ref.judge.task, ref.names, model.spec)
 
 
 def size_jobs(plan: Plan, ref: Reference, jobs: list[tuple[VariantResult, Job, str | None]]

@@ -122,7 +122,7 @@ def test_a_gate_the_task_does_not_check_is_noted_not_failed() -> None:
     row = VariantResult(name="v", backend="onnx", precision="int8", accuracy=task_block("detection", {}),
                         latency=[lat(accuracy=task_block("detection", {}))])
     row.accuracy = row.latency[0].accuracy
-    judge_row(row, Gates(min_sqnr_db=20.0), "detection", ["boxes"], runs_here=True, spec=spec("detection"))
+    judge_row(row, Gates(min_sqnr_db=20.0), "detection", ["boxes"], spec("detection"))
     assert row.gates.passed and row.gates.failures == []
     assert ("gates not checked for task detection: min_sqnr_db (the task is judged by min_map50_vs_float, "
             "min_recall_vs_float)") in row.notes
@@ -158,24 +158,35 @@ def test_a_present_p50_is_judged_at_the_threshold_and_outputs_only_sizes_are_not
 def test_judge_row_leaves_a_row_no_device_here_can_run_unchecked() -> None:
     row = VariantResult(name="trt", backend="tensorrt", precision="fp16",
                         notes=["host: not measured here: TensorRT needs an NVIDIA GPU"])
-    judge_row(row, Gates(min_sqnr_db=20.0), "classification", ["logits"], runs_here=False, spec=spec())
+    judge_row(row, Gates(min_sqnr_db=20.0), "classification", ["logits"], spec())
     assert row.gates.passed and not row.gates.checked
+    assert row.notes[-1] == "gates not checked: no device in this build can run the artifact"
+
+
+def test_judge_row_leaves_a_row_every_device_skipped_unchecked_not_passed() -> None:
+    """An artifact this machine could run, in a build whose devices all skip it (an Android device
+    without a program for its runtime): no figure, so not a checked pass; not checked, as README's
+    exit codes say ("not measured", never "pass"), and the build does not fail on it."""
+    row = VariantResult(name="ort", backend="onnx", precision="int8",
+                        notes=["phone: not measured here: no native benchmark program runs onnxruntime"])
+    judge_row(row, Gates(min_sqnr_db=20.0, max_p50_ms=5.0), "classification", ["logits"], spec())
+    assert not row.gates.checked and row.gates.failures == []
     assert row.notes[-1] == "gates not checked: no device in this build can run the artifact"
 
 
 def test_judge_row_judges_figures_and_declared_names_and_hints_a_detector_that_failed() -> None:
     acc = element()
     row = VariantResult(name="ort", backend="onnx", precision="int8", accuracy=acc, latency=[lat(accuracy=acc)])
-    judge_row(row, Gates(min_sqnr_db=20.0), "classification", ["logits"], runs_here=True, spec=spec())
+    judge_row(row, Gates(min_sqnr_db=20.0), "classification", ["logits"], spec())
     assert row.gates.passed and row.gates.failures == [] and row.notes == []
     row.lowering.details = {"outputs": [{"name": "output_0"}]}
-    judge_row(row, Gates(min_sqnr_db=50.0), "classification", ["logits"], runs_here=True, spec=spec())
+    judge_row(row, Gates(min_sqnr_db=50.0), "classification", ["logits"], spec())
     assert row.gates.failures == ["sqnr_db 40 < 50", "output names: the artifact declares output_0; the float "
                                                      "model's outputs are logits"]
     found = task_block("detection", {"map50_vs_float": 0.5, "recall_vs_float": 1.0})
     detector = VariantResult(name="ort", backend="onnx", precision="int8", accuracy=found,
                              latency=[lat(accuracy=found)])
-    judge_row(detector, Gates(min_map50_vs_float=0.9), "detection", ["boxes"], runs_here=True, spec=spec("detection"))
+    judge_row(detector, Gates(min_map50_vs_float=0.9), "detection", ["boxes"], spec("detection"))
     assert detector.gates.failures == ["map50_vs_float 0.5 < 0.9"]
     assert "[detection] postprocess = \"host\"" in detector.notes[-1]
 
