@@ -134,6 +134,23 @@ NO_OUTPUTS = "accuracy not computed: no device returned outputs to compare with 
              "not checked)"
 
 
+@pytest.mark.parametrize("gates", [Gates(min_sqnr_db=20.0), Gates(min_cosine=0.99), Gates(min_agreement=0.9),
+                                   Gates(max_top1_drop=1.0)])
+def test_accuracy_gates_fail_when_a_device_timed_it_but_returned_no_outputs(gates) -> None:
+    """Timed with percentiles (a benchmark binary), or with a mean only (an adb program that prints
+    only its total): either way no device returned outputs, and no accuracy gate passes."""
+    assert check_device_gates(gates, None, [lat("phone", p50=1.5)]).failures == [NO_OUTPUTS]
+    assert check_device_gates(gates, None, [lat("phone", p50=None, mean=1.5)]).failures == [NO_OUTPUTS]
+
+
+def test_accuracy_gates_fail_when_no_device_ran_the_artifact() -> None:
+    """Every device of the build skipped the job (each says why in the row's notes): no figure at all."""
+    assert check_device_gates(Gates(min_sqnr_db=20.0), None, []).failures == [NO_OUTPUTS]
+    for gate, task, _metric in TASK_GATE_CASES:
+        assert check_device_gates(Gates(**{gate: 0.9}), None, [], task).failures == [NO_OUTPUTS]
+    assert check_device_gates(Gates(), None, []).passed  # no gate: nothing to pass on missing figures
+
+
 def test_no_outputs_is_said_once_where_every_device_already_failed_as_not_measured() -> None:
     lost = lat("board", p50=None, mean=None, notes=["not measured: ssh refused"])
     assert check_device_gates(Gates(min_sqnr_db=20.0), None, [lost]).failures == ["not measured on board: ssh refused"]
