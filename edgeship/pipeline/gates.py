@@ -94,8 +94,9 @@ def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[La
     returned outputs (a device whose runtime computes differently fails the variant too), and a
     failure for every device (and size) where the artifact did not run or was not measured (a lost or
     busy device: never a pass on missing figures), where its outputs differ from the float model's in
-    count, shape or dtype, and when no device returned outputs to judge accuracy by. Gates on the whole evaluation set
-    (``SET_GATES``) are not judged on the few seeded samples of the min and max sizes."""
+    count, shape or dtype, when no device returned outputs to judge the accuracy gates by, and when no
+    real CPU timed it for the latency gate (only emulators, or no device row at all). Gates on the whole
+    evaluation set (``SET_GATES``) are not judged on the few seeded samples of the min and max sizes."""
     result = check_gates(gates, accuracy, latency, task)
     first = next((row for row in latency if row.accuracy is accuracy and accuracy is not None), None)
     for row in latency:
@@ -115,6 +116,10 @@ def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[La
     if accuracy is None and has_accuracy_gates(gates, task) and not (latency and all(map(_lost, latency))):
         result.failures.append("accuracy not computed: no device returned outputs to compare with the float "
                                "model's (accuracy gates not checked)")
+    if gates.max_p50_ms is not None and not any(map(_timed_here, latency)):  # check_gates judged no row
+        why = ("only emulated devices timed it (an emulator's time is not the CPU's)" if latency else
+               "no device of the build ran the artifact")
+        result.failures.append(f"p50 not measured on any device (gate max {gates.max_p50_ms:g} ms): {why}")
     result.passed = not result.failures
     return result
 
@@ -122,6 +127,11 @@ def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[La
 def _lost(row: Latency) -> bool:
     """A device row that already fails the variant as not run or not measured (no figure at all)."""
     return row.run_error is not None or (row.p50_ms is None and row.mean_ms is None and row.accuracy is None)
+
+
+def _timed_here(row: Latency) -> bool:
+    """A row the latency gate judges: not outputs only (a size other than opt), not an emulator's time."""
+    return not ((row.size and row.mean_ms is None) or row.emulated)
 
 
 def _on_first(failure: str, first: Latency | None) -> str:
@@ -165,7 +175,7 @@ def check_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency],
         failures += _task_gates(gates, accuracy, task)
     if gates.max_p50_ms is not None:
         for row in latency:  # like the accuracy gates: unmeasured or non-finite never passes
-            if (row.size and row.mean_ms is None) or row.emulated:
+            if not _timed_here(row):
                 continue  # outputs only at this size, or an emulator's time: gated where the CPU was timed
             if row.p50_ms is None:
                 failures.append(f"p50 not measured on {row.device} (gate max {gates.max_p50_ms:g} ms)")

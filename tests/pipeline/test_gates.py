@@ -161,6 +161,20 @@ def test_p50_gate_fails_where_a_device_gave_no_p50() -> None:
     assert result.failures == ["p50 not measured on phone (gate max 5 ms)"]
 
 
+def test_p50_gate_fails_when_only_emulators_timed_it() -> None:
+    emulated = lat("old-pc", p50=1.0, emulated="qemu-x86_64 7.2 -cpu Haswell (TCG)", accuracy=element())
+    result = check_device_gates(Gates(max_p50_ms=5.0), emulated.accuracy, [emulated])
+    assert result.failures == ["p50 not measured on any device (gate max 5 ms): only emulated devices timed it (an "
+                               "emulator's time is not the CPU's)"]
+    real = lat("host", p50=1.0, accuracy=emulated.accuracy)
+    assert check_device_gates(Gates(max_p50_ms=5.0), emulated.accuracy, [real, emulated]).passed
+
+
+def test_p50_gate_fails_when_no_device_ran_the_artifact() -> None:
+    assert check_device_gates(Gates(max_p50_ms=5.0), None, []).failures == [
+        "p50 not measured on any device (gate max 5 ms): no device of the build ran the artifact"]
+
+
 def test_a_present_p50_is_judged_at_the_threshold_and_outputs_only_sizes_are_not_timed() -> None:
     acc = element()
     assert check_device_gates(Gates(max_p50_ms=5.0), acc, [lat(p50=5.0, accuracy=acc)]).passed
