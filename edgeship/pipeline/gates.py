@@ -160,10 +160,11 @@ def inapplicable_gates(gates: Gates, task: str) -> list[str]:
 def check_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency],
                 task: str = "classification") -> GateResult:
     """Compare measured values with the gates the task checks (``TASK_GATES``). An accuracy gate
-    whose value was not measured fails; the top-1 gate is skipped where the evaluation data has no
-    labels (the notes say so). Outputs with NaN or inf always fail; accuracy that is not informative
-    fails the accuracy gates (they would pass without proving anything). Element-wise gates (SQNR,
-    cosine) hold for every output of a classification or generic model, not only the first."""
+    whose value was not measured fails; the top-1 gate is skipped only where the top-1 classes were
+    compared (agreement) but the evaluation data has no labels to score them (the notes say so).
+    Outputs with NaN or inf always fail; accuracy that is not informative fails the accuracy gates
+    (they would pass without proving anything). Element-wise gates (SQNR, cosine) hold for every
+    output of a classification or generic model, not only the first."""
     failures: list[str] = []
     if accuracy is not None and accuracy.non_finite:
         failures.append(NON_FINITE.format(n=accuracy.non_finite))
@@ -200,9 +201,11 @@ def _element_gates(gates: Gates, accuracy: Accuracy, task: str) -> list[str]:
     _low(failures, "cosine", gates.min_cosine, accuracy.cosine)
     if task == "classification":
         _low(failures, "agreement", gates.min_agreement, accuracy.agreement)
-        drop = accuracy.top1_drop
-        if gates.max_top1_drop is not None and drop is not None and not drop <= gates.max_top1_drop:
-            failures.append(f"top1_drop {drop:.3g} points > {gates.max_top1_drop:g}")
+        drop, limit = accuracy.top1_drop, gates.max_top1_drop
+        if limit is not None and drop is None and accuracy.agreement is None:  # no top-1 class compared at all
+            failures.append(f"top1_drop not measured (gate max {limit:g})")
+        elif limit is not None and drop is not None and not drop <= limit:  # drop None here: no labels
+            failures.append(f"top1_drop {drop:.3g} points > {limit:g}")
     for out in accuracy.outputs:
         if out.name == accuracy.output or out.note is not None:
             continue  # the primary output is checked above; others without element-wise figures say why

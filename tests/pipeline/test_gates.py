@@ -43,10 +43,21 @@ def spec(task: str = "classification") -> ModelSpec:
     (Gates(min_sqnr_db=20.0), {"sqnr_db": None}, "sqnr_db not measured (gate min 20.0)"),
     (Gates(min_cosine=0.99), {"cosine": None}, "cosine not measured (gate min 0.99)"),
     (Gates(min_agreement=0.9), {"agreement": None}, "agreement not measured (gate min 0.9)"),
+    (Gates(max_top1_drop=1.0), {"top1_drop": None, "top1": None, "agreement": None},
+     "top1_drop not measured (gate max 1)"),
 ])
 def test_an_element_gate_whose_figure_is_missing_fails_saying_so(gates, figures, failure) -> None:
     result = check_gates(gates, element(**figures), [])
     assert not result.passed and failure in result.failures
+
+
+def test_max_top1_drop_fails_when_the_primary_output_gave_no_top1_at_all() -> None:
+    """A classifier whose primary output has no element-wise figures (its length varies, or it is an
+    integer output): no top-1 class was compared, labels or not; the top-1 gate must not pass."""
+    ragged = Accuracy(samples=8, non_finite=0, output="logits", outputs=[
+        OutputAccuracy(name="logits", non_finite=0, note="the length varies by sample: no element-wise figures")])
+    result = check_device_gates(Gates(max_top1_drop=1.0), ragged, [lat(accuracy=ragged)])
+    assert result.failures == ["top1_drop not measured (gate max 1)"]
 
 
 def test_max_top1_drop_is_skipped_without_labels_where_top1_classes_were_compared() -> None:
