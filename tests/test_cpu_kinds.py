@@ -79,7 +79,7 @@ def _emulated_time_is_never_a_speed(out: Path) -> None:
 
 
 def test_emulated_rows_are_never_selected_or_gated_by_time() -> None:
-    from edgeship.pipeline.validate import check_gates
+    from edgeship.pipeline.gates import check_gates
     from edgeship.profile import Gates
     from edgeship.quantize.selection import select_variant
     from edgeship.quantize.settings import SelectionSettings

@@ -1,7 +1,7 @@
 """The accuracy budget of a variant, for quantizers that choose by it (``keep_float = "auto"``).
 
 The budget is the variant's own accuracy gates, judged exactly as validation judges them
-(:func:`edgeship.pipeline.validate.accuracy_of` and ``check_gates``), but on outputs over
+(:func:`edgeship.pipeline.validate.accuracy_of` and :func:`edgeship.pipeline.gates.check_gates`), but on outputs over
 calibration samples: the quantizer compares its float and quantized models there, and never sees
 the evaluation set, so the evaluation figures stay a held-out measure of what it chose. Gates that
 need what calibration samples do not give are left out: top-1 against labels (calibration data
@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from edgeship.calibration.dataset import Dataset
-from edgeship.pipeline.validate import Reference, accuracy_of, check_gates
+from edgeship.pipeline.gates import check_gates
+from edgeship.pipeline.validate import Reference, accuracy_of
 from edgeship.profile import Gates
 from edgeship.tasks.evaluate import SET_GATES, TaskJudge
 

@@ -22,13 +22,13 @@ from edgeship.calibration.provider import calibration_data, calibration_variants
 from edgeship.devices import Job
 from edgeship.devices.cpu import cpu_facts
 from edgeship.devices.targets import target_cpus
-from edgeship.errors import CaptureError, GateFailure
+from edgeship.errors import CaptureError
 from edgeship.fsutil import full_disk_is_write_failure, tree_size
 from edgeship.lowering.capture import Capturer
 from edgeship.model import LazyModel
-from edgeship.outputs import onnx_name
 from edgeship.pipeline.budget import CalibrationBudget
 from edgeship.pipeline.finish import Unchanged, publish_build, record_build, record_pending, reuse_output
+from edgeship.pipeline.gates import judge_row, results_or_gate_failure
 from edgeship.pipeline.lower import Lowered, lower_variant, restored
 from edgeship.pipeline.output import RESULTS, WORK, BuildFolder, report_names
 from edgeship.pipeline.plan import BuildRequest, Plan, make_plan
@@ -42,21 +42,13 @@ from edgeship.pipeline.schedule import (
     unmeasured_devices,
 )
 from edgeship.pipeline.stagecache import StageKeys, restore_artifact, store_artifact
-from edgeship.pipeline.validate import (
-    Reference,
-    check_device_gates,
-    has_accuracy_gates,
-    inapplicable_gates,
-    inputs_fingerprint,
-    reference_fingerprint,
-    reference_stage,
-)
-from edgeship.profile.models import Gates, Variant
+from edgeship.pipeline.validate import Reference, inputs_fingerprint, reference_fingerprint, reference_stage
+from edgeship.profile.models import Variant
 from edgeship.progress import Progress
 from edgeship.quantize.selection import select_variant
 from edgeship.quantize.settings import scheme_of
 from edgeship.results import REFERENCE, ModelInfo, Results, VariantResult, now_utc, toolchain_versions
-from edgeship.tasks.evaluate import TASK_GATES, TaskJudge
+from edgeship.tasks.evaluate import TaskJudge
 
 
 def build(request: BuildRequest) -> Results:
@@ -88,7 +80,7 @@ def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
         reuse_output(plan, folder, unchanged, progress)
         progress.info(f"unchanged since {unchanged.results.created}: reusing {plan.out_dir} (every input, setting "
                       "and artifact is the same; --remeasure measures again)")
-        return results_or_gate_failure(plan, unchanged.results)
+        return _verdict(plan, unchanged.results)
     folder.refuse_conflicts(expected_files(plan))
     cache = stage_cache(progress)
     calibration = calibration_stage(plan, progress)
@@ -106,21 +98,13 @@ def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
                       toolchain=toolchain_versions(), variants=rows, selection=selection, build_key=build_key,
                       notes=unmeasured_devices(rows, [d.name for d in plan.devices]))
     record_build(plan, folder, publish_build(plan, folder, results, progress), progress)
-    return results_or_gate_failure(plan, results)
+    return _verdict(plan, results)
 
 
-def results_or_gate_failure(plan: Plan, results: Results) -> Results:
-    """The build's results, or GateFailure (exit 3) when a gate or the selection budget failed."""
-    failed = [r.name for r in results.variants if not r.gates.passed]
-    problems = [f"{len(failed)} variant(s) failed validation: {', '.join(failed)}"] if failed else []
-    problems += unmeasured_devices(results.variants, [d.name for d in plan.devices])
-    if problems:
-        raise GateFailure(f"{'; '.join(problems)}; see {plan.out_dir / 'results.json'}", results)
-    selection = results.selection
-    if selection is not None and selection.selected is None:
-        raise GateFailure(f"selection: no variant is inside the budget ({selection.budget}); "
-                          f"see {plan.out_dir / 'results.json'}", results)
-    return results
+def _verdict(plan: Plan, results: Results) -> Results:
+    """The build's results, or GateFailure (exit 3): ``gates.results_or_gate_failure``."""
+    names = [d.name for d in plan.devices]
+    return results_or_gate_failure(results, unmeasured_devices(results.variants, names), plan.out_dir / RESULTS)
 
 
 def unchanged_build(plan: Plan, folder: BuildFolder, key: str) -> Unchanged | None:
@@ -293,27 +277,10 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
     with progress.step(f"measure on {', '.join(d.name for d in plan.devices)}") as status:
         measure_all(tasks, plan.profile.latency, progress)
         status["result"] = f"{sum(t.reused is None for t in tasks)} measurement(s)"
-    for row, _job, unavailable in jobs:
+    for row, _job, _unavailable in jobs:
         record_measurements(row, [t for t in tasks if t.row is row], ref, current)
         if not row.is_reference:
-            judge_row(plan, model, ref, row, unavailable)
-
-
-def judge_row(plan: Plan, model: LazyModel, ref: Reference, row: VariantResult, unavailable: str | None) -> None:
-    """A measured variant's gates (those its task checks, on every device and size), and notes on
-    gates the task ignores and on the other way to deploy a detector that failed."""
-    if row.error is None:
-        if unavailable and not row.latency:
-            row.gates.checked = False
-            row.notes.append("gates not checked: no device in this build can run the artifact")
-        else:
-            gates = plan.profile.gates_for(_variant(plan, row.name))
-            row.gates = check_device_gates(gates, row.accuracy, row.latency, ref.judge.task)
-            row.gates.failures += declared_name_mismatch(row, ref.names)
-            row.gates.passed = not row.gates.failures
-            row.notes += gate_notes(gates, ref.judge.task)
-    if not row.gates.passed:
-        row.notes += form_hint(model.spec)
+            judge_row(row, plan.profile.gates_for(_variant(plan, row.name)), ref.judge.task, ref.names, model.spec)
 
 
 def size_jobs(plan: Plan, ref: Reference, jobs: list[tuple[VariantResult, Job, str | None]]
@@ -350,38 +317,6 @@ def _job(plan: Plan, model: LazyModel, ref: Reference, runtime: str, artifact: P
                input_names=[i.name for i in model.spec.inputs], batch=batch_size(model),
                warmup=lat.warmup, iterations=lat.iterations, threads=lat.threads,
                timeout_s=lat.timeout_s, options=options)
-
-
-def form_hint(spec: Any) -> list[str]:
-    """For a detector that includes its own post-processing, the other way to deploy it."""
-    if spec.task != "detection" or spec.task_settings().postprocess != "model":
-        return []
-    return ["the model includes its post-processing (NMS: data-dependent shapes, an op many runtimes lack); where "
-            "a backend cannot capture or run it, deploy the network up to its raw head outputs and let edgeship "
-            "decode them: [detection] postprocess = \"host\" (examples/detection/ssdlite-host.toml)"]
-
-
-def declared_name_mismatch(row: VariantResult, names: list[str]) -> list[str]:
-    """A failure when the artifact declares output names (ONNX, Core ML) other than the float model's."""
-    declared = [o.get("name") for o in row.lowering.details.get("outputs", []) if isinstance(o, dict)]
-    expected = [onnx_name(n) for n in names]
-    if not declared or declared == expected:
-        return []
-    return [f"output names: the artifact declares {', '.join(map(str, declared))}; the float model's outputs are "
-            f"{', '.join(expected)}"]
-
-
-def gate_notes(gates: Gates, task: str) -> list[str]:
-    """What the variant's notes say about gates the task does not check, or the lack of any."""
-    notes = []
-    skipped = inapplicable_gates(gates, task)
-    if skipped:
-        notes.append(f"gates not checked for task {task}: {', '.join(skipped)} (the task is judged by "
-                     f"{', '.join(TASK_GATES[task])})")
-    if not has_accuracy_gates(gates, task):
-        notes.append(f"no accuracy gate of task {task} is set ({', '.join(TASK_GATES[task])}): accuracy is "
-                     "reported, not checked")
-    return notes
 
 
 def model_info(model: LazyModel, ref: Reference) -> ModelInfo:

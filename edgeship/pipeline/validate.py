@@ -1,5 +1,5 @@
 """Validation: run each artifact on each device, compare its outputs with the float model's,
-summarize its timings, and check the profile's gates.
+summarize its timings; the profile's gates are judged from those figures in ``gates.py``.
 
 Measuring is the runner's job (on the device); this module only sends jobs and judges what comes
 back. The host computes accuracy from the returned outputs the same way for every device.
@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,13 +27,12 @@ from edgeship.devices.runner import decode_outputs, encode_outputs, load_npz, me
 from edgeship.errors import DataError, ModelSpecError, first_line
 from edgeship.model import call_model
 from edgeship.outputs import OutputSignature, flatten, signature_of
-from edgeship.profile import Gates, LatencySettings
+from edgeship.pipeline.gates import NON_FINITE, NOT_INFORMATIVE
+from edgeship.profile import LatencySettings
 from edgeship.results import Accuracy, CpuFacts, GateResult, Latency, OutputAccuracy, TaskAccuracy, now_utc
 from edgeship.shapes import is_dynamic
-from edgeship.tasks.evaluate import GATE_METRICS, SET_GATES, TASK_GATES, Output, TaskJudge, task_anchors
+from edgeship.tasks.evaluate import Output, TaskJudge, task_anchors
 
-NON_FINITE = "outputs contain {n} non-finite values (NaN or inf)"
-NOT_INFORMATIVE = "accuracy not informative"
 SIZE_SAMPLES = 8  # evaluation samples at a dynamic model's min and max sizes
 REPRODUCE_MIN_SQNR_DB = 40.0  # a float model against itself: ~130 dB; a differently initialised one: ~0 dB
 
@@ -453,126 +451,3 @@ def _reproduces(accuracy: Accuracy) -> bool:
         return accuracy.task.values.get("recall_vs_float") in (None, 1.0) and \
             accuracy.task.values.get("precision_vs_float") in (None, 1.0)
     return True
-
-
-def check_device_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency],
-                       task: str = "classification") -> GateResult:
-    """check_gates on the variant's accuracy, plus the accuracy gates on every other device that
-    returned outputs (a device whose runtime computes differently fails the variant too), and a
-    failure for every device (and size) where the artifact did not run or was not measured (a lost or
-    busy device: never a pass on missing figures), where its outputs differ from the float model's in
-    count, shape or dtype, and when no device returned outputs to judge accuracy by. Gates on the whole evaluation set
-    (``SET_GATES``) are not judged on the few seeded samples of the min and max sizes."""
-    result = check_gates(gates, accuracy, latency, task)
-    first = next((row for row in latency if row.accuracy is accuracy and accuracy is not None), None)
-    for row in latency:
-        where = row.device + (f" at the {row.size} size" if row.size else "")
-        result.failures += [f"output signature on {where}: {m}" for m in row.output_mismatch]
-        if row.run_error is not None:  # the artifact itself failed there
-            result.failures.append(f"did not run on {where}: {row.run_error}")
-        elif row.p50_ms is None and row.mean_ms is None and row.accuracy is None:  # device lost, busy, ...
-            why = next((n for n in row.notes if n.startswith("not measured")), "not measured: no result came back")
-            result.failures.append(f"{why.replace('not measured', f'not measured on {where}', 1)}")
-        if row.accuracy is not None and row.accuracy is not accuracy:
-            row_gates = gates.model_copy(update=dict.fromkeys(SET_GATES)) if row.size else gates
-            beside = first if first is not None and not row.size and first.device != row.device else None
-            result.failures += [f"{f}{_on_first(f, beside)} on {where}"
-                                for f in check_gates(row_gates, row.accuracy, [], task).failures
-                                if not (f.startswith(NOT_INFORMATIVE) and f in result.failures)]  # said once
-    if accuracy is None and has_accuracy_gates(gates, task) and any(r.p50_ms is not None for r in latency):
-        result.failures.append("accuracy not computed: no device returned outputs to compare with the float "
-                               "model's (accuracy gates not checked)")
-    result.passed = not result.failures
-    return result
-
-
-def _on_first(failure: str, first: Latency | None) -> str:
-    """" (host: 30.2)": the failed figure on the first device, beside a failure on another one (the
-    same artifact on other kernels), where the first device measured it."""
-    if first is None or first.accuracy is None:
-        return ""
-    metric = failure.split(" ", 1)[0]
-    value = getattr(first.accuracy, metric, None)
-    if value is None and first.accuracy.task is not None:
-        value = first.accuracy.task.values.get(metric)
-    return f" ({first.device}: {value:.4g})" if isinstance(value, int | float) else ""
-
-
-def has_accuracy_gates(gates: Gates, task: str = "classification") -> bool:
-    return any(getattr(gates, name) is not None for name in TASK_GATES[task])
-
-
-def inapplicable_gates(gates: Gates, task: str) -> list[str]:
-    """The accuracy gates the profile sets that the task does not check (e.g. min_sqnr_db for
-    detection: element-wise SQNR over detections is not what 'accurate' means there)."""
-    accuracy_gates = {name for names in TASK_GATES.values() for name in names}
-    return sorted(n for n in accuracy_gates - set(TASK_GATES[task]) if getattr(gates, n) is not None)
-
-
-def check_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency],
-                task: str = "classification") -> GateResult:
-    """Compare measured values with the gates the task checks (``TASK_GATES``). An accuracy gate
-    whose value was not measured fails; the top-1 gate is skipped where the evaluation data has no
-    labels (the notes say so). Outputs with NaN or inf always fail; accuracy that is not informative
-    fails the accuracy gates (they would pass without proving anything). Element-wise gates (SQNR,
-    cosine) hold for every output of a classification or generic model, not only the first."""
-    failures: list[str] = []
-    if accuracy is not None and accuracy.non_finite:
-        failures.append(NON_FINITE.format(n=accuracy.non_finite))
-    elif accuracy is not None and not accuracy.informative and has_accuracy_gates(gates, task):
-        failures.append(f"{NOT_INFORMATIVE}: {accuracy.uninformative_reason} (accuracy gates not checked)")
-    elif accuracy is not None and task in ("classification", "generic"):
-        failures += _element_gates(gates, accuracy, task)
-    elif accuracy is not None:
-        failures += _task_gates(gates, accuracy, task)
-    if gates.max_p50_ms is not None:
-        for row in latency:  # like the accuracy gates: unmeasured or non-finite never passes
-            if (row.size and row.mean_ms is None) or row.emulated:
-                continue  # outputs only at this size, or an emulator's time: gated where the CPU was timed
-            if row.p50_ms is None:
-                failures.append(f"p50 not measured on {row.device} (gate max {gates.max_p50_ms:g} ms)")
-            elif not row.p50_ms <= gates.max_p50_ms:
-                failures.append(f"p50 {row.p50_ms:.3g} ms on {row.device} > {gates.max_p50_ms:g} ms")
-    return GateResult(passed=not failures, failures=failures)
-
-
-def _low(failures: list[str], field: str, limit: float | None, value: Any, identical: bool = False) -> None:
-    if limit is None:
-        return
-    if value is None:
-        if not (field.startswith("sqnr_db") and identical):
-            failures.append(f"{field} not measured (gate min {limit})")
-    elif not math.isfinite(value) or value < limit:
-        failures.append(f"{field} {value:.4g} < {limit:g}")
-
-
-def _element_gates(gates: Gates, accuracy: Accuracy, task: str) -> list[str]:
-    failures: list[str] = []
-    _low(failures, "sqnr_db", gates.min_sqnr_db, accuracy.sqnr_db, accuracy.max_abs_err == 0.0)
-    _low(failures, "cosine", gates.min_cosine, accuracy.cosine)
-    if task == "classification":
-        _low(failures, "agreement", gates.min_agreement, accuracy.agreement)
-        drop = accuracy.top1_drop
-        if gates.max_top1_drop is not None and drop is not None and not drop <= gates.max_top1_drop:
-            failures.append(f"top1_drop {drop:.3g} points > {gates.max_top1_drop:g}")
-    for out in accuracy.outputs:
-        if out.name == accuracy.output or out.note is not None:
-            continue  # the primary output is checked above; others without element-wise figures say why
-        _low(failures, f"sqnr_db of output {out.name}", gates.min_sqnr_db, out.sqnr_db, out.max_abs_err == 0.0)
-        _low(failures, f"cosine of output {out.name}", gates.min_cosine, out.cosine)
-    return failures
-
-
-def _task_gates(gates: Gates, accuracy: Accuracy, task: str) -> list[str]:
-    failures: list[str] = []
-    values = accuracy.task.values if accuracy.task is not None else {}
-    notes = accuracy.task.notes if accuracy.task is not None else {"error": "no task metrics"}
-    for gate in TASK_GATES[task]:
-        limit = getattr(gates, gate)
-        metric = "cosine_mean" if (gate, task) == ("min_cosine", "embedding") else GATE_METRICS[gate]
-        if limit is not None and values.get(metric) is None:
-            why = notes.get(metric) or notes.get("error") or "not computed"
-            failures.append(f"{metric} not measured (gate min {limit:g}): {why}")
-        else:
-            _low(failures, metric, limit, values.get(metric))
-    return failures

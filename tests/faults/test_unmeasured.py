@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from edgeship.devices.base import JobResult, RunnerLost, exit_words
-from edgeship.pipeline.validate import check_device_gates, measure
+from edgeship.pipeline.gates import check_device_gates
+from edgeship.pipeline.validate import measure
 from edgeship.profile import Gates, LatencySettings
 from tests.pipeline.test_validate import ScriptedDevice, job
 

@@ -11,11 +11,10 @@ import pytest
 from edgeship.calibration import Dataset
 from edgeship.devices.base import Device, Job, JobResult, MeasurementError, TransportError
 from edgeship.errors import DataError
+from edgeship.pipeline.gates import check_device_gates, check_gates
 from edgeship.pipeline.validate import (
     Reference,
     accuracy_of,
-    check_device_gates,
-    check_gates,
     check_labels,
     flag_unsteady,
     measure,

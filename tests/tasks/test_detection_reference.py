@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from edgeship.calibration import Dataset
-from edgeship.pipeline.validate import Reference, accuracy_of, check_gates
+from edgeship.pipeline.gates import check_gates
+from edgeship.pipeline.validate import Reference, accuracy_of
 from edgeship.profile import Gates
 from edgeship.spec import ModelSpec
 from edgeship.tasks.evaluate import TaskJudge
