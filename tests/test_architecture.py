@@ -164,6 +164,7 @@ NAMING_A_BACKEND = {
     "lowering/capture.py",
     "outputs.py",
     "pipeline/budget.py",
+    "pipeline/gates.py",
     "pipeline/run.py",
     "profile/candidates.py",
     "profile/models.py",
