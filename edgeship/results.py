@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -23,8 +24,8 @@ from edgeship.webfiles import ort_web_version
 REFERENCE = "eager"
 
 SCHEMA = 1
-TOOLCHAIN_DISTS = ("torch", "torchvision", "executorch", "torchao", "onnx", "onnxruntime", "onnxscript",
-                   "coremltools", "tensorrt", "numpy", "edgeship")
+# The distributions every build's artifacts depend on; each backend adds its own (its spec's toolchain).
+TOOLCHAIN_DISTS = ("torch", "torchvision", "numpy", "edgeship")
 
 
 class ResultModel(BaseModel):
@@ -317,12 +318,13 @@ def now_utc() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def toolchain_versions() -> dict[str, str]:
-    """Python and the installed versions of the libraries that shape artifacts."""
+def toolchain_versions(backend_dists: Iterable[str] = ()) -> dict[str, str]:
+    """Python and the installed versions of the libraries that shape artifacts: TOOLCHAIN_DISTS and
+    ``backend_dists`` (the backends', from the registry's ``toolchain_dists``)."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for dist in TOOLCHAIN_DISTS:
+    for dist in dict.fromkeys((*TOOLCHAIN_DISTS, *backend_dists)):
         try:
             out[dist] = version(dist)
         except PackageNotFoundError:

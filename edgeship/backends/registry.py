@@ -81,6 +81,31 @@ def outside_sources() -> list[Path]:
     return sorted(folder for folder in map(package_folder, PACKAGES) if HERE not in folder.parents)
 
 
+def toolchain_dists() -> tuple[str, ...]:
+    """Every backend's ``toolchain`` distributions, each once, in name order."""
+    return tuple(sorted({dist for spec in SPECS.values() for dist in spec.toolchain}))
+
+
+def _device_side() -> Iterator[tuple[str, str, str]]:
+    """(backend name, its package, module) for every backend's device-side module."""
+    for name, package_name in PACKAGES.items():
+        for module in SPECS[name].device_modules:
+            yield name, package_name, module
+
+
+def device_modules() -> dict[str, str]:
+    """Every backend's device-side modules: the name each has beside runner.py on a device
+    (``<package>_<module>``, e.g. ``aoti_build``) -> its module on the host (``...backends.aoti.build``)."""
+    return {f"{package_name.rsplit('.', 1)[1]}_{module}": f"{package_name}.{module}"
+            for _, package_name, module in _device_side()}
+
+
+def device_files() -> dict[str, Path]:
+    """The same modules' files, by the file name each has beside runner.py on a device."""
+    return {f"{package_name.rsplit('.', 1)[1]}_{module}.py": package_folder(name) / f"{module}.py"
+            for name, package_name, module in _device_side()}
+
+
 class Implementations(Mapping[str, "Backend"]):
     """Backend name -> its implementation, each imported (``<package>.lower``) on first use."""
 
@@ -133,5 +158,5 @@ def cpu_dependence(variant: Variant, cpus: list[TargetCpu] | None) -> dict[str, 
     return spec.cpu_dependence(variant, this_machine() if cpus is None else cpus)
 
 
-__all__ = ["BACKENDS", "PACKAGES", "SPECS", "BackendSpec", "cpu_dependence", "depends_on_cpu", "outside_sources",
-           "package_folder"]
+__all__ = ["BACKENDS", "PACKAGES", "SPECS", "BackendSpec", "cpu_dependence", "depends_on_cpu", "device_files",
+           "device_modules", "outside_sources", "package_folder", "toolchain_dists"]

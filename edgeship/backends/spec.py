@@ -48,6 +48,13 @@ class BackendSpec:
 
     # The app bundle platforms (bundle/platforms.py) that take this backend's artifacts.
     bundle_platforms: ClassVar[tuple[str, ...]] = ()
+    # The Python distributions besides torch whose versions shape its artifacts: recorded in
+    # results.json's toolchain and keying the stage cache, so an upgrade builds them again.
+    toolchain: ClassVar[tuple[str, ...]] = ()
+    # Its device-side modules, shipped beside runner.py as <package>_<module>.py: "device" holds its
+    # Runner classes (standard library, numpy and its runtime only; the runner finds every
+    # *_device.py beside it), others are companions they import (runner.companion).
+    device_modules: ClassVar[tuple[str, ...]] = ()
 
     class Options(StrictModel):
         """No options."""

@@ -1,11 +1,15 @@
 """What every device does: take a measurement job, run the runner there, bring the results back."""
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import json
 import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,21 +17,35 @@ from typing import Any
 
 import numpy as np
 
+from edgeship.backends.registry import device_files
 from edgeship.devices.protocol import PROTOCOL_VERSION, other_version, result_problems
 from edgeship.devices.runner import decode_outputs
 from edgeship.results import REFERENCE
 
 HERE = Path(__file__).resolve().parent
-RUNNER = HERE / "runner.py"
 # What goes to a device beside each job: the runner and the sibling modules it imports (it
-# imports nothing of edgeship there): the job and result protocol, artifact hashing, the TensorRT
-# engine builder, the AOTInductor package compiler, the CPU facts.
-RUNNER_FILES = {name: HERE / name for name in ("runner.py", "protocol.py", "hashing.py", "tensorrt_engine.py",
-                                               "aoti_build.py", "cpu.py")}
-PROBE = HERE / "probe.py"
+# imports nothing of edgeship there): the job and result protocol, artifact hashing, the CPU facts,
+# and every backend's device-side modules (its Runner and the helpers it imports: an engine
+# builder, a package compiler), flat, under the names the registry gives them.
+RUNNER_FILES = {**{name: HERE / name for name in ("runner.py", "protocol.py", "hashing.py", "cpu.py")},
+                **device_files()}
 # What `devices check` sends: the probe, and the runner it imports to list the runtimes.
-PROBE_FILES = {"probe.py": PROBE, **RUNNER_FILES}
-# The runtime that only a browser device runs (the onnx-web backend's).
+PROBE_FILES = {"probe.py": HERE / "probe.py", **RUNNER_FILES}
+
+
+@functools.cache
+def device_folder() -> Path:
+    """This machine as a device sees it: a private folder of this process holding PROBE_FILES, flat,
+    as they are sent to every other device (removed when the process exits). The local device runs
+    runner.py and probe.py from here, so the host runs what a device runs."""
+    folder = Path(tempfile.mkdtemp(prefix="edgeship-device-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    for name, path in PROBE_FILES.items():
+        shutil.copyfile(path, folder / name)
+    return folder
+
+
+# The runtime that only a browser device runs (a web backend's).
 WEB_RUNTIME = "onnxruntime-web"
 BROWSER_ONLY = ('onnxruntime-web runs in a browser: measured on a device with transport = "browser" '
                 "(the built-in 'browser' device is this machine's Chromium)")

@@ -10,13 +10,12 @@ from typing import Any
 
 from edgeship.devices.base import (
     EAGER_MODULE,
-    PROBE,
-    RUNNER,
     Device,
     DeviceReport,
     Job,
     JobResult,
     RunnerLost,
+    device_folder,
     probe_report,
 )
 from edgeship.devices.cpu import cpu_facts
@@ -64,14 +63,16 @@ class LocalDevice(Device):
         return cpu_facts()
 
     def command(self, job: Job, job_file: Path) -> list[str]:
-        """runner.py for ``job``; the eager model's runner as a module, since it imports edgeship."""
+        """runner.py for ``job``, as a device has it (``device_folder``); the eager model's runner as a
+        module, since it imports edgeship."""
         if job.is_reference:
             return [self.python, "-m", EAGER_MODULE, str(job_file)]
-        return [self.python, str(RUNNER), str(job_file)]
+        return [self.python, str(device_folder() / "runner.py"), str(job_file)]
 
     def check(self) -> DeviceReport:
         with tempfile.TemporaryDirectory(prefix="edgeship-probe-") as tmp:
-            proc = subprocess.run([self.python, str(PROBE), tmp], capture_output=True, text=True, timeout=300)
+            proc = subprocess.run([self.python, str(device_folder() / "probe.py"), tmp], capture_output=True,
+                                  text=True, timeout=300)
         if proc.returncode != 0:
             return DeviceReport(self.name, self.transport, self.address, reachable=True,
                                 error=f"probe.py exited {proc.returncode}: {proc.stderr.strip()[-300:]}")

@@ -26,7 +26,7 @@ def runtimes():
     except Exception as e:  # numpy missing, a syntax error on an old Python: say which
         return {"(runner.py)": "not importable: %s: %s" % (type(e).__name__, e)}
     out = {}
-    for name, cls in sorted(runner.RUNNERS.items()):
+    for name, cls in sorted(runner.load_runners().items()):
         out[name] = _import(cls)
     return out
 

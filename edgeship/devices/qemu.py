@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeship.devices import armroot
-from edgeship.devices.base import PROBE, DeviceReport, Job, JobResult, MeasurementError, probe_report
+from edgeship.devices.base import DeviceReport, Job, JobResult, MeasurementError, device_folder, probe_report
 from edgeship.devices.cpu import SOURCE_ENV
 from edgeship.devices.local import LocalDevice
 from edgeship.devices.targets import unknown_cpu
@@ -132,7 +132,7 @@ class QemuDevice(LocalDevice):
         if missing:
             return DeviceReport(self.name, self.transport, self.address, reachable=False, error=missing)
         with tempfile.TemporaryDirectory(prefix="edgeship-probe-") as tmp:
-            proc = self.emulate([str(PROBE), tmp], timeout=600)
+            proc = self.emulate([str(device_folder() / "probe.py"), tmp], timeout=600)
         if proc.returncode != 0:
             return DeviceReport(self.name, self.transport, self.address, reachable=True,
                                 error=f"probe.py exited {proc.returncode}: {without_warnings(proc.stderr)[-300:]}")

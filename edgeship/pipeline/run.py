@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from edgeship.backends.registry import SPECS, depends_on_cpu
+from edgeship.backends.registry import SPECS, depends_on_cpu, toolchain_dists
 from edgeship.cache import Cache, default_cache
 from edgeship.calibration import Dataset
 from edgeship.calibration.datasets import evaluation_samples
@@ -95,8 +95,8 @@ def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
     validate_all(plan, model, ref, lowered, rows, progress)
     selection = select_variant(plan.profile.selection, rows, plan.devices[0].name) if plan.profile.selection else None
     results = Results(target=plan.profile.name, created=now_utc(), model=model_info(model, ref),
-                      toolchain=toolchain_versions(), variants=rows, selection=selection, build_key=build_key,
-                      notes=unmeasured_devices(rows, [d.name for d in plan.devices]))
+                      toolchain=toolchain_versions(toolchain_dists()), variants=rows, selection=selection,
+                      build_key=build_key, notes=unmeasured_devices(rows, [d.name for d in plan.devices]))
     record_build(plan, folder, publish_build(plan, folder, results, progress), progress)
     return _verdict(plan, results)
 

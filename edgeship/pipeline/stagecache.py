@@ -32,7 +32,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from edgeship.backends.registry import cpu_dependence, outside_sources
+from edgeship.backends.registry import cpu_dependence, outside_sources, toolchain_dists
 from edgeship.cache import Cache, cache_key
 from edgeship.config import ENTRY_PATTERN
 from edgeship.devices.hashing import sha256_file, sha256_path
@@ -101,7 +101,7 @@ class StageKeys:
     def __init__(self, plan: Plan, cpus: list[tuple[str, dict[str, Any]]] | None = None) -> None:
         self.plan = plan
         self.cpus = cpus
-        self.common = {"edgeship": edgeship_source(), "toolchain": toolchain_versions()}
+        self.common = {"edgeship": edgeship_source(), "toolchain": toolchain_versions(toolchain_dists())}
         self.model = model_key(plan.spec)
         self.evaluation = data_fingerprint(plan.evaluation_source, plan.spec.base_dir)
         self.calibration = data_fingerprint(plan.calibration_source, plan.spec.base_dir)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from edgeship.devices import Job, LocalDevice
-from edgeship.devices.base import RUNNER, MeasurementError
+from edgeship.devices.base import MeasurementError, device_folder
 from edgeship.devices.hashing import sha256_file
 from edgeship.devices.protocol import PROTOCOL_VERSION
 from tests import system
@@ -47,7 +47,7 @@ def test_runner_needs_only_stdlib_and_numpy_at_import() -> None:
     code = ("import sys, runpy; runpy.run_path(sys.argv[1]); "
             "bad = [m for m in ('torch', 'edgeship', 'onnxruntime', 'executorch') if m in sys.modules]; "
             "print(json.dumps(bad))")
-    out = subprocess.run([sys.executable, "-c", "import json; " + code, str(RUNNER)],
+    out = subprocess.run([sys.executable, "-c", "import json; " + code, str(device_folder() / "runner.py")],
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
 
@@ -129,8 +129,8 @@ def test_the_runners_memory_grows_with_the_evaluation_set_only_by_its_mapped_pag
             "protocol": PROTOCOL_VERSION, "runtime": "torchscript", "artifact": "model.pt", "sha256": None,
             "inputs": f"inputs{n}.npz", "input_names": ["image"], "batch": 1, "warmup": 1, "iterations": 3,
             "threads": 1}))
-        proc = subprocess.run([sys.executable, str(RUNNER), str(tmp_path / "job.json")], capture_output=True,
-                              text=True, timeout=300)
+        proc = subprocess.run([sys.executable, str(device_folder() / "runner.py"), str(tmp_path / "job.json")],
+                              capture_output=True, text=True, timeout=300)
         result = json.loads((tmp_path / "result.json").read_text())
         assert proc.returncode == 0 and result["ok"] and result["samples"] == n, result.get("error") or proc.stderr
         peaks[n] = result["peak_rss_mb"]

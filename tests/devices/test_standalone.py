@@ -15,7 +15,7 @@ from edgeship.devices import Job, LocalDevice
 from edgeship.devices.base import PROBE_FILES, RUNNER_FILES, JobResult, MeasurementError
 from edgeship.devices.cpu import cpu_facts
 from edgeship.devices.hashing import sha256_file
-from edgeship.devices.runner import RUNNERS, Runner, open_runner
+from edgeship.devices.runner import RUNNERS, Runner, load_runners, open_runner
 from edgeship.pipeline.validate import measure
 from edgeship.profile import LatencySettings
 from edgeship.results import CpuFacts
@@ -89,11 +89,15 @@ def script(name: str, *args: str) -> str:
 
 
 def test_device_files_import_without_edgeship(device_folder) -> None:
-    code = ("import json; sys.path.insert(0, '.'); import runner, protocol, hashing, tensorrt_engine, probe, cpu; "
-            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'edgeship')))")
+    """Every file shipped (the backends' device modules and their companions included) imports there."""
+    code = ("import importlib, json, os; sys.path.insert(0, '.'); import runner; runner.load_runners(); "
+            "names = sorted(n[:-3] for n in os.listdir('.') if n.endswith('.py')); "
+            "[importlib.import_module(n) for n in names]; "
+            "print(json.dumps([names, sorted(m for m in sys.modules if m.split('.')[0] == 'edgeship')]))")
     proc = on_device(device_folder, code)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == []
+    names, edgeship_modules = json.loads(proc.stdout)
+    assert edgeship_modules == [] and {"runner", "probe", "aoti_build", "tensorrt_engine", "onnx_device"} <= set(names)
 
 
 def test_device_probe_lists_every_device_runtime_and_not_eager(device_folder) -> None:
@@ -153,10 +157,24 @@ def test_device_runner_times_a_tensorrt_job_with_its_proxy_when_tensorrt_is_miss
 def test_runners_register_one_class_per_runtime_each_with_load_and_infer() -> None:
     from edgeship.devices.eager import EagerRunner
 
-    assert set(RUNNERS) == DEVICE_RUNTIMES | {"eager"} and RUNNERS["eager"] is EagerRunner
+    assert set(load_runners()) == DEVICE_RUNTIMES | {"eager"} and RUNNERS["eager"] is EagerRunner
     for runtime, cls in RUNNERS.items():
         assert issubclass(cls, Runner) and cls.runtime == runtime
         assert cls.load is not Runner.load and cls.infer is not Runner.infer, runtime
+
+
+def test_each_backends_runner_lives_in_its_package_under_its_one_spelling() -> None:
+    """A backend's Runner is in its own package's device.py and spelled as its declaration is
+    (OpenvinoSpec, OpenvinoBackend, OpenvinoRunner), found through the registry, not a list."""
+    from edgeship.backends.registry import PACKAGES, SPECS
+
+    by_runtime = {cls.runtime: cls for cls in load_runners().values()}
+    for name, spec in SPECS.items():
+        if "device" not in spec.device_modules:
+            continue
+        cls = by_runtime[spec.runtime]
+        assert cls.__module__ == f"{PACKAGES[name]}.device", name
+        assert cls.__name__ == spec.__name__.removesuffix("Spec") + "Runner", name
 
 
 def test_open_runner_loads_the_artifact_as_a_job_does(doubling_onnx) -> None:

@@ -15,8 +15,8 @@ from torch import nn
 from edgeship import metrics, shapes
 from edgeship.backends.base import LowerRequest
 from edgeship.backends.registry import BACKENDS
+from edgeship.backends.tensorrt import engine as tensorrt_engine
 from edgeship.calibration.datasets import random_batch, random_dataset
-from edgeship.devices import tensorrt_engine
 from edgeship.errors import LoweringError
 from edgeship.lowering.capture import CaptureFailed, Capturer
 from edgeship.model import load_model

@@ -8,7 +8,7 @@ reduce_range choice), the flags it needs are written into the package's metadata
 refuses a package on a CPU that lacks one, naming it.
 
 Where (``options.compile_on``): ``build`` compiles on this machine; ``device`` ships the exported
-program and each device compiles it for itself at its first run (``devices/aoti_build.py``), since
+program and each device compiles it for itself at its first run (``backends/aoti/build.py``), since
 AOTInductor does not cross-compile (an aarch64 board from an x86 build machine). ``auto``: on the
 device when some target device is another architecture than this machine, else here.
 

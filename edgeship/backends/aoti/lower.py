@@ -10,7 +10,7 @@ cross-compile, so it is compiled where ``options.compile_on`` says (``backends/a
 - on each device (``device``; ``auto`` for a target of another architecture): the artifact is then
   the exported program (``torch.export.save``, an ExportedProgram archive, not a package) with the
   compile settings inside it (``extra/edgeship_aoti.json``), and the runner compiles it on the
-  device at its first run with ``devices/aoti_build.py``, keeping the package beside it for the next
+  device at its first run with ``backends/aoti/build.py``, keeping the package beside it for the next
   runs. That first run's compile (tens of seconds for resnet18 on an x86 core, minutes on a Jetson)
   counts against the job's timeout, ``[latency] timeout_s``.
 
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from edgeship import outputs
+from edgeship.backends.aoti import build as aoti_build
 from edgeship.backends.aoti.cpu import IsaChoice, choose_isa, compile_where, cxx_version, missing_flags
 from edgeship.backends.aoti.spec import AOTI_INT8_REFUSAL, AotiSpec
 from edgeship.backends.base import Artifact, Backend, LowerRequest, Predict
 from edgeship.backends.spec import TargetCpu
-from edgeship.devices import aoti_build
 from edgeship.devices.cpu import cpu_facts
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output

@@ -29,6 +29,7 @@ class AotiSpec(BackendSpec):
     name = "aoti"
     suffix = ".pt2"
     runtime = "aoti"
+    device_modules = ("device", "build")  # build.py (aoti_build.py there) compiles exported programs
     capture_methods = ("export",)
     bundle_platforms = ("linux",)
     precisions = ("fp32", "int8")

@@ -19,6 +19,8 @@ class CoremlSpec(BackendSpec):
     name = "coreml"
     suffix = ".mlpackage"
     runtime = "coreml"
+    toolchain = ("coremltools",)
+    device_modules = ("device",)
     capture_methods = ("export", "trace")
     bundle_platforms = ("ios",)
     precisions = ("fp16", "fp32", "w8", "int8")

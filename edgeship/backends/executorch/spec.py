@@ -25,6 +25,8 @@ class ExecutorchSpec(BackendSpec):
     name = "executorch"
     suffix = ".pte"
     runtime = "executorch"
+    toolchain = ("executorch", "torchao")
+    device_modules = ("device",)
     capture_methods = ("export",)
     bundle_platforms = ("android", "ios")
     precisions = ("fp32", "fp16", "int8")

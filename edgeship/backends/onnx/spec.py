@@ -21,6 +21,8 @@ class OnnxSpec(BackendSpec):
     name = "onnx"
     suffix = ".onnx"
     runtime = "onnxruntime"
+    toolchain = ("onnx", "onnxruntime", "onnxscript")
+    device_modules = ("device",)
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("jetson", "x86")
     precisions = ("fp32", "int8")

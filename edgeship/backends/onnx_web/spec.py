@@ -23,6 +23,7 @@ class OnnxWebSpec(BackendSpec):
     name = "onnx-web"
     suffix = ".onnx"
     runtime = "onnxruntime-web"
+    toolchain = ("onnx", "onnxscript")
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("web",)
     precisions = ("fp32", "fp16", "int8")

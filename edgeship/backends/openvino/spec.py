@@ -28,6 +28,8 @@ class OpenvinoSpec(BackendSpec):
     name = "openvino"
     suffix = ".openvino"
     runtime = "openvino"
+    toolchain = ("openvino", "nncf")
+    device_modules = ("device",)
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("x86",)
     precisions = ("fp32", "bf16", "fp16", "int8")

@@ -21,6 +21,7 @@ class PytorchMobileSpec(BackendSpec):
     name = "pytorch-mobile"
     suffix = ".ptl"
     runtime = "pytorch-mobile"
+    device_modules = ("device",)
     capture_methods = ("trace", "script")
     bundle_platforms = ("android",)
     precisions = ("fp32", "int8")

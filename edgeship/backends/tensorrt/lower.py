@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, cast
 from edgeship import shapes
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
 from edgeship.backends.onnx.lower import export_onnx, graph_details
+from edgeship.backends.tensorrt import engine as tensorrt_engine
 from edgeship.backends.tensorrt.spec import TENSORRT_QUANTIZATION, TensorrtSpec
-from edgeship.devices import tensorrt_engine
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_write_text
 from edgeship.lowering.capture import check_sizes

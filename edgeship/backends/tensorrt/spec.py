@@ -24,6 +24,8 @@ class TensorrtSpec(BackendSpec):
     name = "tensorrt"
     suffix = ".onnx"
     runtime = "tensorrt"
+    toolchain = ("onnx", "onnxscript", "tensorrt")
+    device_modules = ("device", "engine")  # engine.py (tensorrt_engine.py there) builds engines
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("jetson",)
     precisions = ("fp32", "fp16", "int8")

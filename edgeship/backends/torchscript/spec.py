@@ -14,6 +14,7 @@ class TorchscriptSpec(BackendSpec):
     name = "torchscript"
     suffix = ".pt"
     runtime = "torchscript"
+    device_modules = ("device",)
     capture_methods = ("trace", "script")
     bundle_platforms = ("linux",)
     precisions = ("fp32",)

@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from edgeship.backends.aoti import build as aoti_build
+from edgeship.backends.aoti import device as aoti_device
+from edgeship.backends.aoti.build import vec_isa_flags
 from edgeship.backends.aoti.cpu import LEVELS, choose_isa, compile_where
 from edgeship.backends.base import LowerRequest
 from edgeship.backends.registry import BACKENDS, depends_on_cpu
-from edgeship.devices import aoti_build, runner
-from edgeship.devices.aoti_build import vec_isa_flags
+from edgeship.devices import runner
 from edgeship.devices.cpu import cpu_facts
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import LoweringError, ProfileError
@@ -86,11 +88,11 @@ def test_vector_isa_compiler_flags_map_to_the_cpu_flags_they_need() -> None:
 
 def test_the_runner_checks_a_packages_cpu_needs_or_says_why_it_could_not() -> None:
     needs = {"edgeship.cpu_flags": "avx2,fma", "edgeship.isa": "avx2", "AOTI_MACHINE": "x86_64"}
-    assert "checked against this CPU" in runner.check_package_cpu(needs, EPYC)[0]
+    assert "checked against this CPU" in aoti_device.check_package_cpu(needs, EPYC)[0]
     unknown = {"model": None, "arch": None, "flags": [], "source": "unknown"}
-    assert "were not checked" in runner.check_package_cpu(needs, unknown)[0]
+    assert "were not checked" in aoti_device.check_package_cpu(needs, unknown)[0]
     with pytest.raises(RuntimeError, match="lacks amx_tile and would stop with an illegal instruction"):
-        runner.check_package_cpu({**needs, "edgeship.cpu_flags": "avx2,amx_tile"}, EPYC)
+        aoti_device.check_package_cpu({**needs, "edgeship.cpu_flags": "avx2,amx_tile"}, EPYC)
 
 
 def test_aoti_int8_is_refused_at_plan_time_with_what_was_tried(tmp_path: Path) -> None:
@@ -121,7 +123,7 @@ def test_aoti_on_device_writes_the_exported_program_which_the_runner_compiles_on
     package = tmp_path / "v" / "model.aoti.pt2"
     assert first.notes[0].startswith("package compiled on this device in ") and aoti_build.is_package(package)
     assert sqnr_against_eager(tiny_model, first.infer) >= 60
-    metadata = runner.aoti_metadata(package)
+    metadata = aoti_device.aoti_metadata(package)
     assert metadata["edgeship.source_sha256"] == sha256_file(artifact.path)
     assert set(metadata["edgeship.cpu_flags"].split(",")) >= set(LEVELS["generic"][2])  # -march=native: this CPU's
 
@@ -130,7 +132,7 @@ def test_aoti_on_device_writes_the_exported_program_which_the_runner_compiles_on
     assert sqnr_against_eager(tiny_model, second.infer) >= 60
 
     changed = _lower_for_device(tiny_model, artifact.path, threads=1)  # other settings inside: another artifact
-    stale = runner.stale_package(str(package), sha256_file(changed.path))
+    stale = aoti_device.stale_package(str(package), sha256_file(changed.path))
     assert stale == "the one there was made from another artifact"
 
 

@@ -49,7 +49,7 @@ def test_the_runner_loads_a_pte_through_the_binding_alone_with_the_public_apis_o
     import numpy as np
     import torch
 
-    from edgeship.devices.base import RUNNER
+    from edgeship.devices.base import device_folder
 
     artifact, predict = lower("executorch", "export", partitioner="xnnpack")
     x = torch.rand(1, *tiny_model.spec.inputs[0].shape[1:], generator=torch.Generator().manual_seed(3)).numpy()
@@ -58,8 +58,9 @@ def test_the_runner_loads_a_pte_through_the_binding_alone_with_the_public_apis_o
             "r = runner.open_runner('executorch', sys.argv[2], threads=1); out = r.infer([np.load(sys.argv[3])]); "
             "np.save(sys.argv[4], out[0]); print(json.dumps({'exir': 'executorch.exir' in sys.modules, "
             "'version': r.version}))")
-    proc = subprocess.run([sys.executable, "-c", code, str(RUNNER.parent), str(artifact.path), str(tmp_path / "x.npy"),
-                           str(tmp_path / "y.npy")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code, str(device_folder()), str(artifact.path),
+                           str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(proc.stdout.splitlines()[-1])
     assert doc == {"exir": False, "version": doc["version"]} and doc["version"].startswith("executorch 1.")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from edgeship.backends.base import LowerRequest
+from edgeship.backends.openvino import device as openvino_device
 from edgeship.backends.registry import BACKENDS, depends_on_cpu
 from edgeship.calibration.dataset import Dataset
 from edgeship.devices import runner
@@ -55,7 +56,7 @@ def test_openvino_fp32_is_an_ir_folder_with_the_specs_names_computed_in_f32(tiny
     model = _read(artifact.path)
     assert [p.get_any_name() for p in model.inputs] == [i.name for i in tiny_model.spec.inputs]
     assert artifact.details["converted_from"] == "export" and artifact.details["inference_precision"] == "f32"
-    assert runner._ov_rt_precision(model) == "f32"
+    assert openvino_device._ov_rt_precision(model) == "f32"
     assert artifact.details["weight_constants"].get("f16", 0) == 0  # save_model's f16 default not taken
     assert sqnr_against_eager(tiny_model, predict) >= 60
 
@@ -86,7 +87,7 @@ def test_an_ir_edgeship_did_not_write_runs_at_the_plugins_default_and_the_notes_
 @pytest.mark.skipif(not HAS_BF16, reason=system.reason("cpu", "this CPU has no bf16 instructions"))
 def test_openvino_bf16_computes_in_bf16_and_is_lossier_than_fp32(tiny_model, tmp_path) -> None:
     artifact, predict = _lower(tiny_model, tmp_path / "model.openvino", precision="bf16")
-    assert runner._ov_rt_precision(_read(artifact.path)) == "bf16"
+    assert openvino_device._ov_rt_precision(_read(artifact.path)) == "bf16"
     assert any(n.startswith("bf16 (") and "host can compute it" in n for n in artifact.notes), artifact.notes
     assert 25 <= sqnr_against_eager(tiny_model, predict) < 60
     assert runner.open_runner("openvino", str(artifact.path), {}, 1).version.endswith(", bf16)")

@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from edgeship.backends.registry import BACKENDS
-from edgeship.devices import tensorrt_engine
+from edgeship.backends.tensorrt import engine as tensorrt_engine
 from tests import system
 from tests.conftest import TESTS
 from tests.lowering.conftest import sqnr_against_eager

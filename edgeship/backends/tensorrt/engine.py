@@ -3,7 +3,7 @@
     python tensorrt_engine.py engine.json      # on the Jetson: model.onnx -> model.engine
 
 Engines are specific to the GPU and the TensorRT version, so they are built on the device. This
-file is copied there beside the ONNX model and runner.py; it needs only the standard library and
+file is shipped there as tensorrt_engine.py, beside the ONNX model and runner.py; it needs only the standard library and
 TensorRT's Python bindings (JetPack ships them). ``engine.json`` holds the settings the profile
 chose (written by edgeship's tensorrt backend); ``build_engine.sh`` does the same with trtexec for
 devices without the Python bindings. The timing cache is kept beside the engine, so rebuilding on

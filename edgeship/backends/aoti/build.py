@@ -8,8 +8,8 @@ for a device of another architecture (options.compile_on = "device") edgeship's 
 the exported program, with the compile settings inside the archive (``extra/edgeship_aoti.json``),
 and the runner compiles it on the device at its first run with this file, keeping the package
 beside the artifact for later runs. Needs the standard library, torch and a C++ compiler (g++, or
-``$CXX``). It is copied beside runner.py with its siblings cpu.py and hashing.py and imports
-nothing of edgeship; no f-strings, for the device Pythons torch supports.
+``$CXX``). It is shipped beside runner.py as aoti_build.py, with its siblings cpu.py and hashing.py,
+and imports nothing of edgeship there; no f-strings, for the device Pythons torch supports.
 
 Settings: isa (``native`` or an x86 level), march (-march; null: native), simdlen (Inductor's
 cpp.simdlen; null: its default), flags (the CPU flags the level needs; empty for native: this CPU's
@@ -40,10 +40,10 @@ NO_COMPILER = "AOTInductor needs a C++ compiler on the device: apt-get install g
 
 
 def sibling(name):
-    """The module shipped beside this file (cpu, hashing): the package's own on the host, imported by
-    folder on a device, where this file runs alone."""
+    """A module the runner ships beside this file (cpu, hashing): edgeship.devices' own on the host,
+    imported by folder on a device, where this file runs alone (as aoti_build.py)."""
     if __package__:
-        return importlib.import_module("%s.%s" % (__package__, name))
+        return importlib.import_module("edgeship.devices.%s" % name)
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, here)
     try:
