@@ -48,6 +48,10 @@ class BackendSpec:
 
     # The app bundle platforms (bundle/platforms.py) that take this backend's artifacts.
     bundle_platforms: ClassVar[tuple[str, ...]] = ()
+    # The programs a platform's bundle ships for this backend's artifacts: platform -> {path in the
+    # bundle: path of the file inside this backend's package folder}. A program under ``cpp/`` gets
+    # the bundle's shared C++ header beside it.
+    bundle_programs: ClassVar[dict[str, dict[str, str]]] = {}
 
     class Options(StrictModel):
         """No options."""
