@@ -92,6 +92,12 @@ class BackendSpec:
         return None
 
     @classmethod
+    def bundle_ships_runner(cls, platform: str, artifact: dict[str, Any]) -> bool:
+        """Whether a ``platform`` bundle holding this artifact (its model.json entry) also ships the device
+        runner's files, e.g. for a program the device compiles before the app loads it. Default: no."""
+        return False
+
+    @classmethod
     def reads_cpus(cls, variant: Variant) -> bool:
         """Whether lowering ``variant`` chooses a setting by the CPUs its artifact will run on, or checks
         them (the build then probes the target devices' CPUs first). Default: it does not."""
