@@ -105,6 +105,11 @@ class Backend(BackendSpec):
         bundle records the options and lowering details as they are."""
         return None
 
+    def snippet_facts(self, artifact: dict[str, Any], spec: ModelSpec) -> dict[str, Any]:
+        """What a mobile bundle's loading snippet (bundle/snippets.py) is written from for this backend's
+        artifact beyond its model.json entry ``artifact`` (e.g. Core ML's feature names). Default: nothing."""
+        return {}
+
     def runtime_label(self) -> str:
         return self.runtime
 

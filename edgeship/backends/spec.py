@@ -55,6 +55,10 @@ class BackendSpec:
     # Runner classes (standard library, numpy and its runtime only; the runner finds every
     # *_device.py beside it), others are companions they import (runner.companion).
     device_modules: ClassVar[tuple[str, ...]] = ()
+    # The programs a platform's bundle ships for this backend's artifacts: platform -> {path in the
+    # bundle: path of the file inside this backend's package folder}. A program under ``cpp/`` gets
+    # the bundle's shared C++ header beside it.
+    bundle_programs: ClassVar[dict[str, dict[str, str]]] = {}
 
     class Options(StrictModel):
         """No options."""
@@ -93,6 +97,12 @@ class BackendSpec:
         """Why a variant with these options cannot go into a ``platform`` bundle although the backend's
         artifacts can (None: it can)."""
         return None
+
+    @classmethod
+    def bundle_ships_runner(cls, platform: str, artifact: dict[str, Any]) -> bool:
+        """Whether a ``platform`` bundle holding this artifact (its model.json entry) also ships the device
+        runner's files, e.g. for a program the device compiles before the app loads it. Default: no."""
+        return False
 
     @classmethod
     def reads_cpus(cls, variant: Variant) -> bool:

@@ -1,7 +1,7 @@
 """One platform's bundle zip from a build: the chosen artifacts exactly as they were validated,
 the labels, model.json, a loading snippet (Kotlin, Swift), the device runner (jetson), the demo
-site (web: web.py), the C++ application (linux: linux.py), the Python and C++ programs that run
-OpenVINO IRs and ONNX models (x86: x86.py), a README and manifest.json with every file's sha256
+site (web: web.py), the C++ application (linux: linux.py), the programs the x86 bundle's
+backends declare (x86: x86.py), a README and manifest.json with every file's sha256
 and size, the toolchain and the validation results. A web bundle is also written unpacked beside
 its zip, when asked.
 """
@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from edgeship import __version__
+from edgeship.backends.registry import SPECS
 from edgeship.bundle.archive import write_zip
 from edgeship.bundle.linux import linux_app
 from edgeship.bundle.metadata import model_json, runtime_needs
@@ -37,7 +38,7 @@ from edgeship.spec import ModelSpec
 from edgeship.tasks.evaluate import task_anchors
 
 BUNDLE_FORMAT = 1
-# The device runner and the companions it imports from its own folder (protocol, hashing, TensorRT builder).
+# The device runner and the companions it imports from its own folder (protocol, hashing, backends' device-side tools).
 DEVICE_FILES = {f"runner/{name}": path for name, path in RUNNER_FILES.items()}
 POSTPROCESS = DEVICE_DIR / "postprocess.py"  # detection decoding for models deployed as raw head outputs
 
@@ -96,8 +97,8 @@ def make_bundle(platform: Platform, inputs: BundleInputs, *, unpacked: bool = Fa
         name, text = snippet(platform, meta, inputs.spec, sel)
         if text is not None:
             entries[name] = text.encode()
-    if platform.name == "jetson" or (platform.name == "linux" and compiled_on_device(artifacts)):
-        entries.update(DEVICE_FILES)  # the engine builder, or aoti_build.py that compiles the exported program
+    if platform.name == "jetson" or any(SPECS[a["backend"]].bundle_ships_runner(platform.name, a) for a in artifacts):
+        entries.update(DEVICE_FILES)
     if platform.name == "linux":
         entries.update(linux_app(meta, artifacts, evaluation_sample(inputs.profile, inputs.spec, inputs.results,
                                                                     sel.warnings)))
@@ -107,12 +108,6 @@ def make_bundle(platform: Platform, inputs: BundleInputs, *, unpacked: bool = Fa
     entries["README.md"] = readme(platform, inputs.results, sel, artifacts, dest.name, inputs.spec).encode()
     write_zip(dest, entries, {**doc, "warnings": sel.warnings})
     return Bundle(dest, sel, unpack(dest, folder) if folder is not None else None)
-
-
-def compiled_on_device(artifacts: list[dict[str, Any]]) -> bool:
-    """Whether an aoti artifact is an exported program for the device to compile (compile_on "device"):
-    runner/aoti_build.py turns it into the package the C++ app loads."""
-    return any(((a.get("runtime") or {}).get("details") or {}).get("compile_on") == "device" for a in artifacts)
 
 
 def postprocess_files(spec: ModelSpec, meta: dict[str, Any], platform: str) -> dict[str, bytes | Path]:

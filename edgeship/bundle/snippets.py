@@ -1,9 +1,8 @@
 """The loading snippets (Kotlin for android, Swift for ios) and the README of a bundle.
 
-Snippets call the runtimes' own APIs: ExecuTorch ``Module.load`` / ``forward(EValue...)`` and
-PyTorch Mobile ``LiteModuleLoader.load`` on Android; ``MLModel(contentsOf:configuration:)`` and
-ExecuTorch's Swift ``Module(filePath:)`` on iOS. Input names, shapes and element types come from
-the model spec; the Core ML feature names from the package itself (recorded by lowering).
+Snippets call the runtimes' own APIs (the templates under ``templates/`` say which). Input names,
+shapes and element types come from the model spec; what else a runtime's snippet needs (a package's
+own feature names, recorded by lowering) from its backend's ``snippet_facts``.
 """
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from edgeship import __version__
+from edgeship.backends.registry import BACKENDS
 from edgeship.bundle.metadata import takes_images
 from edgeship.bundle.platforms import Platform
 from edgeship.bundle.selection import Selection
@@ -28,9 +28,6 @@ Escape = Callable[[object], object]
 KOTLIN = {"float32": ("FloatArray", "fromBlob"), "int64": ("LongArray", "fromBlob"),
           "int32": ("IntArray", "fromBlob"), "uint8": ("ByteArray", "fromBlobUnsigned")}
 SWIFT = {"float32": "Float", "int64": "Int64", "int32": "Int32", "uint8": "UInt8"}
-# dtype -> MLMultiArrayDataType: Core ML has no int64 arrays, its packages take int64 inputs as int32.
-COREML_ARRAY = {"float32": "float32", "int64": "int32", "int32": "int32", "uint8": "int32"}
-COMPUTE_UNITS = {"ALL": "all", "CPU_ONLY": "cpuOnly", "CPU_AND_GPU": "cpuAndGPU", "CPU_AND_NE": "cpuAndNeuralEngine"}
 
 
 def snippet(platform: Platform, meta: dict[str, Any], spec: ModelSpec, sel: Selection) -> tuple[str, str | None]:
@@ -42,8 +39,8 @@ def snippet(platform: Platform, meta: dict[str, Any], spec: ModelSpec, sel: Sele
         sel.warnings.append(f"no {name}: the runtimes' {platform.name} tensor APIs take no {unsupported[0]} arrays")
         return name, None
     inputs = [{"name": i.name, "dtype": i.dtype, "shape": i.shape, "kotlin_array": KOTLIN[i.dtype][0],
-               "kotlin_from_blob": KOTLIN[i.dtype][1], "swift_type": SWIFT[i.dtype],
-               "coreml_array": COREML_ARRAY[i.dtype]} for i in spec.inputs]
+               "kotlin_from_blob": KOTLIN[i.dtype][1], "swift_type": SWIFT[i.dtype]}
+              for i in spec.inputs]
     artifacts = [_artifact(platform, a, spec) for a in meta["artifacts"]]
     backends = {a["backend"]: True for a in artifacts}
     text = _env(source_escape(name)).get_template(str(platform.snippet)).render(model=meta["model"], inputs=inputs,
@@ -60,18 +57,12 @@ def _host_decoder(spec: ModelSpec) -> DecodeSpec | None:
 
 
 def _artifact(platform: Platform, a: dict[str, Any], spec: ModelSpec) -> dict[str, Any]:
-    runtime = a["runtime"]
-    out = {**a, "ident": identifier(a["variant"]), "stem": a["variant"],
-           "asset": a["path"].removeprefix(f"{platform.folder}/")}
-    if a["backend"] == "coreml":
-        out["compute_units"] = COMPUTE_UNITS.get(runtime.get("compute_units"), "all")
-        out["input_names"] = [i["name"] for i in runtime.get("inputs") or []] or [i.name for i in spec.inputs]
-        out["output_name"] = ((runtime.get("outputs") or [{}])[0]).get("name", "output")
-    return out
+    return {**a, "ident": identifier(a["variant"]), "stem": a["variant"],
+            "asset": a["path"].removeprefix(f"{platform.folder}/"), **BACKENDS[a["backend"]].snippet_facts(a, spec)}
 
 
 def identifier(name: str) -> str:
-    """``executorch-xnnpack-fp32`` -> ``ExecutorchXnnpackFp32`` (for function names)."""
+    """``int8-per-channel.v2`` -> ``Int8PerChannelV2`` (a variant name as a function name)."""
     return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", name) if part)
 
 

@@ -66,3 +66,26 @@ def test_profile_bundle_mistakes_exit_2_before_any_work(tmp_path: Path, section:
     with pytest.raises(ProfileError) as err:
         load_profile(path)
     assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_bundle_programs_name_files_of_their_backends_package_for_platforms_it_bundles_for() -> None:
+    from edgeship.backends.registry import SPECS, package_folder
+
+    declared = {name: spec.bundle_programs for name, spec in SPECS.items() if spec.bundle_programs}
+    assert declared, "no backend declares bundle programs"
+    for name, programs in declared.items():
+        for platform, files in programs.items():
+            assert platform in SPECS[name].bundle_platforms and platform in PLATFORMS
+            for source in files.values():
+                assert (package_folder(name) / source).is_file(), f"{name}: {source}"
+
+
+def test_bundle_ships_runner_only_for_a_linux_program_the_device_compiles() -> None:
+    from edgeship.backends.registry import SPECS
+
+    on_device = {"backend": "aoti", "runtime": {"details": {"compile_on": "device"}}}
+    on_build = {"backend": "aoti", "runtime": {"details": {"compile_on": "build"}}}
+    assert SPECS["aoti"].bundle_ships_runner("linux", on_device)
+    assert not SPECS["aoti"].bundle_ships_runner("linux", on_build)
+    assert not SPECS["aoti"].bundle_ships_runner("x86", on_device)
+    assert not any(SPECS[name].bundle_ships_runner("linux", on_device) for name in SPECS if name != "aoti")

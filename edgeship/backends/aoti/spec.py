@@ -60,6 +60,13 @@ class AotiSpec(BackendSpec):
                                 "cross-compile), else build.")
 
     @classmethod
+    def bundle_ships_runner(cls, platform: str, artifact: dict[str, Any]) -> bool:
+        """An exported program for the device to compile (compile_on "device"): the linux bundle ships
+        runner/aoti_build.py, which turns it into the package the C++ app loads."""
+        details = (artifact.get("runtime") or {}).get("details") or {}
+        return platform == "linux" and details.get("compile_on") == "device"
+
+    @classmethod
     def reads_cpus(cls, variant: Variant) -> bool:
         """Lowering reads the target CPUs (where to compile with compile_on auto, the level to compile
         here for, or whether they have an x86 level's flags) unless each device compiles the package

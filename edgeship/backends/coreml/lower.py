@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from edgeship import outputs, shapes
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
-from edgeship.backends.coreml.bundle import runtime_needs
+from edgeship.backends.coreml.bundle import runtime_needs, snippet_facts
 from edgeship.backends.coreml.spec import CoremlSpec
 from edgeship.errors import LoweringError
 from edgeship.fsutil import atomic_output
@@ -47,6 +47,9 @@ class CoremlBackend(CoremlSpec, Backend):
     def bundle_metadata(self, row: VariantResult, options: CoremlSpec.Options,  # type: ignore[override]
                         toolchain: dict[str, str]) -> dict[str, Any]:
         return runtime_needs(row, options, toolchain)
+
+    def snippet_facts(self, artifact: dict[str, Any], spec: ModelSpec) -> dict[str, Any]:
+        return snippet_facts(artifact, spec)
 
     def available(self, options: CoremlSpec.Options | None = None) -> str | None:  # type: ignore[override]
         if sys.platform != "darwin":

@@ -25,6 +25,8 @@ class OnnxSpec(BackendSpec):
     device_modules = ("device",)
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("jetson", "x86")
+    # run_onnxruntime.py (numpy and onnxruntime): loads a model, runs it on .npy inputs, prints and times it.
+    bundle_programs = {"x86": {"python/run_onnxruntime.py": "app/run_onnxruntime.py"}}
     precisions = ("fp32", "int8")
     quantization = ONNX_QUANTIZATION
     dynamic_shapes = None  # free dimensions named by the spec's groups

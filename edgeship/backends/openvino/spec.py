@@ -32,6 +32,11 @@ class OpenvinoSpec(BackendSpec):
     device_modules = ("device",)
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("x86",)
+    # run_openvino.py (numpy and openvino) and edgeship_openvino (main.cpp, ov::Core, and its CMake
+    # project, built against the OpenVINO runtime's C++ package): both compile an IR in the precision
+    # its runtime info records and refuse to run when the CPU plugin compiles for another.
+    bundle_programs = {"x86": {"python/run_openvino.py": "app/run_openvino.py", "cpp/main.cpp": "app/main.cpp",
+                               "cpp/CMakeLists.txt": "app/CMakeLists.txt"}}
     precisions = ("fp32", "bf16", "fp16", "int8")
     quantization = OPENVINO_QUANTIZATION
     dynamic_shapes = None  # bounded dimensions (min..max) in the IR's input shapes
