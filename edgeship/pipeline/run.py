@@ -311,7 +311,7 @@ def artifact_job(plan: Plan, model: LazyModel, ref: Reference, item: Lowered) ->
 
 
 def _job(plan: Plan, model: LazyModel, ref: Reference, runtime: str, artifact: Path | None,
-         sha: str | None, options: dict[str, Any]) -> Job:
+         sha: str | None, options: dict[str, object]) -> Job:
     lat = plan.profile.latency
     return Job(runtime=runtime, artifact=artifact, sha256=sha, inputs=ref.inputs_npz,
                input_names=[i.name for i in model.spec.inputs], batch=batch_size(model),
