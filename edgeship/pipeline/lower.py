@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from edgeship.backends.base import AccuracyBudget, Artifact, Backend, LowerRequest
 from edgeship.backends.registry import BACKENDS
@@ -89,7 +89,7 @@ def capture_order(profile: Profile, variant: Variant) -> list[str]:
 
 def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_dir: Path,
                   calibration: Callable[[], Dataset] | None = None, debug: bool = False,
-                  cache: Cache | None = None, cpus: list[tuple[str, dict[str, Any]]] | None = None,
+                  cache: Cache | None = None, cpus: list[tuple[str, dict[str, object]]] | None = None,
                   budget: AccuracyBudget | None = None) -> Lowered:
     """Capture (with fallback) and lower one variant; failures become ``Lowered.error``. ``cpus``:
     the CPUs the artifact will run on (None: this machine's), for settings chosen by CPU; ``budget``:

@@ -31,7 +31,7 @@ import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edgeship.backends.registry import cpu_dependence, outside_sources
 from edgeship.cache import Cache, cache_key
@@ -103,7 +103,7 @@ class StageKeys:
     this machine's): an artifact's key holds the setting chosen and why, so one made for a CPU with
     VNNI is not reused for one without."""
 
-    def __init__(self, plan: Plan, cpus: list[tuple[str, dict[str, Any]]] | None = None) -> None:
+    def __init__(self, plan: Plan, cpus: list[tuple[str, dict[str, object]]] | None = None) -> None:
         self.plan = plan
         self.cpus = cpus
         self.common = {"edgeship": edgeship_source(), "toolchain": toolchain_versions()}
