@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -48,7 +48,18 @@ from edgeship.webfiles import ORT_FILES, ort_web_package, ort_web_version
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
-    from edgeship.devices.config import BrowserConfig
+
+class BrowserSettings(Protocol):
+    """What a browser device reads of its [devices.NAME] table (``devices.config.BrowserConfig``)."""
+
+    @property
+    def executable(self) -> str | None: ...
+    @property
+    def threads(self) -> int | None: ...
+    @property
+    def headless(self) -> bool: ...
+    @property
+    def launch_timeout_s(self) -> float: ...
 
 
 class PageInput(TypedDict):
@@ -219,7 +230,7 @@ class BrowserDevice(Device):
     transport = "browser"
     local_to_node = True
 
-    def __init__(self, name: str, config: BrowserConfig) -> None:
+    def __init__(self, name: str, config: BrowserSettings) -> None:
         super().__init__(name)
         self.config = config
         self._session: PageSession | None = None  # the job's page, while it runs
@@ -300,7 +311,7 @@ class PageSession:
     The browser's messages are kept in ``workdir``/browser.log, the URLs it asked for in
     requests.json."""
 
-    def __init__(self, config: BrowserConfig, job: Job, workdir: Path, threads: int | None) -> None:
+    def __init__(self, config: BrowserSettings, job: Job, workdir: Path, threads: int | None) -> None:
         self.config, self.job, self.workdir, self.threads = config, job, workdir, threads
         self.log: list[str] = []
         self.requests: list[str] = []

@@ -27,16 +27,13 @@ import subprocess
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edgeship.devices import armroot
 from edgeship.devices.base import PROBE, DeviceReport, Job, JobResult, MeasurementError, probe_report
 from edgeship.devices.cpu import SOURCE_ENV
 from edgeship.devices.local import LocalDevice
 from edgeship.devices.targets import unknown_cpu
-
-if TYPE_CHECKING:
-    from edgeship.devices.config import QemuConfig
 
 HERE = Path(__file__).resolve().parent
 CPU_SCRIPT = HERE / "cpu.py"
@@ -54,7 +51,7 @@ class QemuDevice(LocalDevice):
 
     transport = "qemu"
 
-    def __init__(self, name: str, config: QemuConfig) -> None:
+    def __init__(self, name: str, config: Any) -> None:
         self.config = config
         super().__init__(name, config.python or (str(self.root / armroot.PYTHON) if self.arm else None))
 
