@@ -34,7 +34,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import OutputError, listing
@@ -70,7 +69,7 @@ class CacheSummary:
     kept: list[str] = field(default_factory=list)
 
 
-def cache_key(parts: Any) -> str:
+def cache_key(parts: object) -> str:
     """The sha256 of ``parts`` rendered as canonical JSON (sorted keys, no whitespace)."""
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -86,7 +85,7 @@ class Cache:
     def entry_path(self, namespace: str, key: str) -> Path:
         return self.root / namespace / key
 
-    def get(self, namespace: str, key_parts: Any, redo: str = "computing it again") -> CacheEntry | None:
+    def get(self, namespace: str, key_parts: object, redo: str = "computing it again") -> CacheEntry | None:
         """The entry for ``key_parts`` when it is there and whole; a damaged one is discarded (None)."""
         key = cache_key(key_parts)
         dest = self.entry_path(namespace, key)
@@ -104,7 +103,7 @@ class Cache:
         self.notices.append(f"stage cache entry {entry.path.parent.name}/{entry.key} is damaged ({problem}); "
                             f"discarded, {redo}")
 
-    def get_or_compute(self, namespace: str, key_parts: Any, compute: Callable[[Path], None],
+    def get_or_compute(self, namespace: str, key_parts: object, compute: Callable[[Path], None],
                        redo: str = "computing it again") -> CacheEntry:
         """The entry for ``key_parts``; on a miss, ``compute(folder)`` writes it into an empty folder."""
         found = self.get(namespace, key_parts, redo)

@@ -14,6 +14,7 @@ import reprlib
 import tempfile
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -204,8 +205,8 @@ def _depth(value: object) -> int:
     return deepest
 
 
-def validate(data: dict[str, Any], model: type[M], source: str, error: type[BadInputError],
-             context: dict[str, Any] | None = None) -> M:
+def validate(data: Mapping[str, object], model: type[M], source: str, error: type[BadInputError],
+             context: Mapping[str, object] | None = None) -> M:
     """Validate ``data`` against ``model``; every problem goes into one ``error`` naming ``source``."""
     obj, problems = check(data, model, context)
     if problems:
@@ -213,8 +214,8 @@ def validate(data: dict[str, Any], model: type[M], source: str, error: type[BadI
     return obj  # type: ignore[return-value]
 
 
-def check(data: dict[str, Any], model: type[M],
-          context: dict[str, Any] | None = None) -> tuple[M | None, list[str]]:
+def check(data: Mapping[str, object], model: type[M],
+          context: Mapping[str, object] | None = None) -> tuple[M | None, list[str]]:
     """Validate without raising: the model, or None and one line per problem. Strict: a value must
     have the field's own type (an int for an int, not true or "10")."""
     # Fields the loader sets (``exclude=True``: where the file was read from) are not keys of the file.
@@ -238,7 +239,7 @@ def raise_problems(source: str, problems: list[str], error: type[BadInputError])
 
 
 def load_toml(path: Path, model: type[M], error: type[BadInputError],
-              context: dict[str, Any] | None = None) -> M:
+              context: Mapping[str, object] | None = None) -> M:
     """Read and validate a TOML file in one step."""
     return validate(read_toml(path, error), model, str(path), error, context)
 

@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,7 +27,7 @@ POLL_S = 0.2
 class Busy(Exception):
     """The lock is held by another process and the caller did not wait (or waited long enough)."""
 
-    def __init__(self, holder: dict[str, Any]) -> None:
+    def __init__(self, holder: Mapping[str, object]) -> None:
         super().__init__(describe(holder))
         self.holder = holder
 
@@ -96,7 +96,7 @@ class FileLock:
         self._file = None
 
 
-def holder(path: Path) -> dict[str, Any]:
+def holder(path: Path) -> dict[str, object]:
     """What the lock file says about its holder (empty when it says nothing readable)."""
     try:
         doc = json.loads(Path(path).read_text() or "{}")
@@ -105,9 +105,10 @@ def holder(path: Path) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def describe(info: dict[str, Any]) -> str:
+def describe(info: Mapping[str, object]) -> str:
     """``pid 123 on host, for 4 s`` from a holder record."""
     if not info:
         return "another process"
-    since = f", for {time.time() - info['since']:.0f} s" if isinstance(info.get("since"), (int, float)) else ""
+    started = info.get("since")
+    since = f", for {time.time() - started:.0f} s" if isinstance(started, (int, float)) else ""
     return f"pid {info.get('pid', '?')} on {info.get('host', '?')}{since}"

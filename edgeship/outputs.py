@@ -53,7 +53,7 @@ class OutputSignature:
     dtype: str
     ragged: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "shape": self.shape, "dtype": self.dtype, "ragged": self.ragged}
 
 

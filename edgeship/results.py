@@ -88,7 +88,7 @@ class CpuFacts(ResultModel):
     source: str = Field("unknown", description="Where they were read: /proc/cpuinfo, sysctl, or unknown.")
 
     @classmethod
-    def from_document(cls, doc: dict[str, Any] | None) -> CpuFacts | None:
+    def from_document(cls, doc: object) -> CpuFacts | None:
         """The facts in a runner's result (its ``cpu``), or None when it has none (a native program)."""
         if not isinstance(doc, dict):
             return None
@@ -297,7 +297,7 @@ class Results(ResultModel):
         return next(v for v in self.variants if v.name == name)
 
 
-def finite_document(doc: Any, path: str = "", notes: list[str] | None = None) -> Any:
+def finite_document(doc: object, path: str = "", notes: list[str] | None = None) -> object:
     """``doc`` (a fresh dump, changed in place) with every NaN or inf replaced by None, and a note in
     the ``notes`` of the nearest enclosing object that has them, naming the field and the value."""
     if isinstance(doc, dict):

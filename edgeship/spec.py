@@ -74,7 +74,7 @@ class InputSpec(StrictModel):
             raise ValueError(f"{count} elements; an input has at most {MAX_ELEMENTS:,} (2**31 - 1) elements")
         return shape
 
-    def described(self) -> dict[str, Any]:
+    def described(self) -> dict[str, object]:
         """name, shape, dtype, and dynamic and range when given: what results.json and model.json record."""
         out = self.model_dump(mode="json", exclude={"dynamic", "range"})
         if self.dynamic:
@@ -85,7 +85,7 @@ class InputSpec(StrictModel):
 
     @field_validator("dynamic", mode="before")
     @classmethod
-    def _index_keys(cls, dynamic: Any) -> Any:
+    def _index_keys(cls, dynamic: object) -> object:
         """Python callers may key dimensions by int; TOML keys are always strings."""
         if isinstance(dynamic, dict):
             return {str(k) if isinstance(k, int) and not isinstance(k, bool) else k: v for k, v in dynamic.items()}

@@ -20,13 +20,22 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import psutil
 
 STOP = threading.Event()
 GRACE_S = 1.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal or ssh session closed
-_running: dict[int, Any] = {}           # id -> a device running a job now (it has a ``cancel()``)
+_running: dict[int, Cancellable] = {}   # id -> a device running a job now
 _state = {"deferred": 0, "pending": 0}  # blocks that defer the signal, and the signal kept meanwhile
+
+
+class Cancellable(Protocol):
+    """A device running a job, which a signal stops there."""
+
+    def cancel(self) -> None: ...
 
 
 class Interrupted(KeyboardInterrupt):
@@ -87,13 +96,13 @@ def stop_children(grace_s: float = GRACE_S) -> None:
             child.kill()
 
 
-def _still_running(processes: list[Any], grace_s: float) -> list[Any]:
+def _still_running(processes: list[psutil.Process], grace_s: float) -> list[psutil.Process]:
     """Those of ``processes`` still running after up to ``grace_s``. A zombie has stopped: a
     grandchild (Chromium under playwright's driver) stays one until its own parent reaps it, which
     psutil.wait_procs would wait out to the end."""
     import psutil
 
-    def running(process: Any) -> bool:
+    def running(process: psutil.Process) -> bool:
         try:
             return process.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
@@ -119,7 +128,7 @@ def pause(seconds: float) -> None:
 
 
 @contextlib.contextmanager
-def running_on(device: Any) -> Iterator[None]:
+def running_on(device: Cancellable) -> Iterator[None]:
     """``device`` runs a job in this block: on a signal its ``cancel()`` stops it there."""
     _running[id(device)] = device
     try:

@@ -27,11 +27,15 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeship.errors import StoreError, first_line
 from edgeship.results import Latency, Results, VariantResult
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 DEFAULT_PATH = Path("artifacts") / "results.db"
 ENV = "EDGESHIP_DB"
@@ -55,10 +59,10 @@ def default_url() -> str:
     return os.environ.get(ENV) or f"sqlite:///{DEFAULT_PATH}"
 
 
-def _tables(metadata: Any) -> tuple[Any, Any]:
+def _tables(metadata: sa.MetaData) -> tuple[sa.Table, sa.Table]:
     import sqlalchemy as sa
 
-    def column(name: str) -> Any:
+    def column(name: str) -> sa.Column[int | float | str]:
         kind = sa.Integer if name in INT_COLUMNS else sa.Float if name in FLOAT_COLUMNS else sa.String
         return sa.Column(name, kind, nullable=True)
 
@@ -170,13 +174,13 @@ class ResultsStore:
             row["notes"] = json.loads(row["notes"] or "[]")
         return out
 
-    def _stored_keys(self, conn: Any, model: str) -> set[tuple[Any, ...]]:
+    def _stored_keys(self, conn: sa.Connection, model: str) -> set[tuple[object, ...]]:
         m = self.measurements
         query = m.select().with_only_columns(m.c.variant, m.c.artifact_sha256, m.c.device, m.c.measured_at)
         return {tuple(r) for r in conn.execute(query.where(m.c.model == model))}
 
 
-def migrate(engine: Any) -> str:
+def migrate(engine: sa.Engine) -> str:
     """Upgrade the database behind ``engine`` to the newest schema revision; return it. StoreError for
     a database of a revision this edgeship does not know (a newer edgeship's)."""
     import sqlalchemy as sa
@@ -206,11 +210,11 @@ def migrate(engine: Any) -> str:
     return head
 
 
-def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+def _key(row: Mapping[str, object]) -> tuple[object, ...]:
     return (row["variant"], row["artifact_sha256"], row["device"], row["measured_at"])
 
 
-def _variant_rows(results: Results, v: VariantResult) -> list[dict[str, Any]]:
+def _variant_rows(results: Results, v: VariantResult) -> list[dict[str, object]]:
     """One row per latency entry (per device); one device-less row when there is none."""
     base = {"created": results.created, "target": results.target, "model": results.model.name,
             "variant": v.name, "backend": v.backend, "precision": v.precision,
@@ -224,7 +228,7 @@ def _variant_rows(results: Results, v: VariantResult) -> list[dict[str, Any]]:
              "notes": json.dumps(lat.notes)} for lat in v.latency]
 
 
-def _accuracy(v: VariantResult, lat: Latency | None) -> dict[str, Any]:
+def _accuracy(v: VariantResult, lat: Latency | None) -> dict[str, object]:
     """A device's row carries the accuracy of that device's own outputs (null when it returned none)."""
     acc = lat.accuracy if lat is not None else v.accuracy
     return {c: getattr(acc, c) if acc is not None else None for c in ACCURACY_COLUMNS}

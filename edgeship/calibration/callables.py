@@ -11,8 +11,8 @@ iterable ends or ``limit`` samples are in hand.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeGuard, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeGuard, cast
 
 import numpy as np
 
@@ -22,10 +22,10 @@ from edgeship.errors import DataError, first_line
 from edgeship.spec import ModelSpec
 
 
-def call_source(entry: str, spec: ModelSpec, args: tuple[object, ...] = ()) -> Any:
+def call_source(entry: str, spec: ModelSpec, args: tuple[object, ...] = ()) -> Iterable[object]:
     """Import ``module:callable`` (the spec's folder on the path) and call it with ``args``;
     DataError on failure."""
-    source = cast(Callable[..., Any], import_entry(entry, spec.base_dir, DataError, "data source"))
+    source = cast(Callable[..., Iterable[object]], import_entry(entry, spec.base_dir, DataError, "data source"))
     try:
         return source(*args)
     except Exception as e:  # the user's code: report its failure as bad data input

@@ -24,7 +24,7 @@ from edgeship.devices.base import (
     checked_result,
     pid_then_exec,
 )
-from edgeship.devices.native import PROGRAMS, NativeTimings
+from edgeship.devices.native import PROGRAMS, ExecutorRunner, NativeTimings, SpeedBenchmarkTorch
 from edgeship.devices.protocol import result_document
 from edgeship.errors import one_of
 
@@ -108,7 +108,8 @@ class AdbDevice(RemoteDevice):
         report.facts["python"] = "none: adb devices run the native benchmark programs named in programs"
         return report
 
-    def _run_program(self, spec: Any, command: list[str], job: Job, pid_file: str) -> str:
+    def _run_program(self, spec: ExecutorRunner | SpeedBenchmarkTorch, command: list[str], job: Job,
+                     pid_file: str) -> str:
         """The program's output; its shell writes its pid to ``pid_file`` first (for ``cancel``)."""
         if spec.logcat_tag:  # ET_LOG goes to logcat on Android: start from an empty log
             self._adb(["logcat", "-c"], self.config.connect_timeout_s, "logcat")

@@ -23,10 +23,11 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -43,6 +44,61 @@ from edgeship.devices.base import (
 from edgeship.devices.protocol import result_document
 from edgeship.devices.runner import batches, check_sha256, merge_batches
 from edgeship.webfiles import ORT_FILES, ort_web_package, ort_web_version
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
+
+
+class BrowserSettings(Protocol):
+    """What a browser device reads of its [devices.NAME] table (``devices.config.BrowserConfig``)."""
+
+    @property
+    def executable(self) -> str | None: ...
+    @property
+    def threads(self) -> int | None: ...
+    @property
+    def headless(self) -> bool: ...
+    @property
+    def launch_timeout_s(self) -> float: ...
+
+
+class PageInput(TypedDict):
+    """One input of the page's job: how runner.mjs makes a tensor of its raw bytes."""
+
+    name: str
+    dtype: str
+    shape: list[int]
+
+
+class PageJob(TypedDict):
+    """What the page's ``open`` loads (paths relative to the served folder)."""
+
+    artifact: str
+    external_data: list[str]
+    inputs: list[PageInput]
+    batches: list[list[str]]   # per batch, one file of raw little-endian bytes per input
+    options: Mapping[str, object]
+
+
+class PageInfo(TypedDict):
+    """What runner.mjs's ``open`` answers once the model is loaded."""
+
+    loadMs: float
+    outputNames: list[str]
+    ortVersion: str
+    threads: int
+    crossOriginIsolated: bool
+    hardwareConcurrency: int
+    userAgent: str
+
+
+class PageOutput(TypedDict):
+    """One output runner.mjs sends back: base64 little-endian bytes, onnxruntime-web's dtype, dims."""
+
+    name: str
+    dtype: str
+    dims: list[int]
+    data: str
 
 PAGE = Path(__file__).resolve().parent / "web"
 PAGE_FILES = ("runner.html", "runner.mjs")
@@ -90,7 +146,7 @@ class IsolatedHandler(SimpleHTTPRequestHandler):
             self.send_header(key, value)
         super().end_headers()
 
-    def log_message(self, format: str, *args: Any) -> None:
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
@@ -117,7 +173,7 @@ class Chromium:
     def __init__(self, executable: str, headless: bool = True, timeout_s: float = 60.0) -> None:
         self.executable, self.headless, self.timeout_s = executable, headless, timeout_s
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Browser:
         from playwright.sync_api import sync_playwright
 
         self._playwright = sync_playwright().start()
@@ -174,7 +230,7 @@ class BrowserDevice(Device):
     transport = "browser"
     local_to_node = True
 
-    def __init__(self, name: str, config: Any) -> None:
+    def __init__(self, name: str, config: BrowserSettings) -> None:
         super().__init__(name)
         self.config = config
         self._session: PageSession | None = None  # the job's page, while it runs
@@ -255,7 +311,7 @@ class PageSession:
     The browser's messages are kept in ``workdir``/browser.log, the URLs it asked for in
     requests.json."""
 
-    def __init__(self, config: Any, job: Job, workdir: Path, threads: int | None) -> None:
+    def __init__(self, config: BrowserSettings, job: Job, workdir: Path, threads: int | None) -> None:
         self.config, self.job, self.workdir, self.threads = config, job, workdir, threads
         self.log: list[str] = []
         self.requests: list[str] = []
@@ -302,7 +358,7 @@ class PageSession:
             (self.workdir / "browser.log").write_text("\n".join(self.log) + "\n")
             (self.workdir / "requests.json").write_text(json.dumps(self.requests))
 
-    def open(self) -> dict[str, Any]:
+    def open(self) -> PageInfo:
         """Load the artifact; what the page reports (threads, isolation, versions, load time)."""
         return self._call("open", {**self.page_job, "threads": self.threads})
 
@@ -312,7 +368,7 @@ class PageSession:
     def outputs(self) -> list[list[np.ndarray]]:
         return [[decode(o) for o in outputs] for outputs in self._call("outputs")]
 
-    def _call(self, function: str, *args: Any) -> Any:
+    def _call(self, function: str, *args: object) -> Any:   # what the page answered (JSON)
         """``window.edgeship[function](...args)`` in the page, awaited until the deadline. The
         deadline is kept here, not in the page: a page busy in a loop of awaited runs never gets to
         its own timers, so a timer thread kills Chromium when the time is up."""
@@ -357,7 +413,7 @@ class PageSession:
                                     f"killed{_last(self.log)}")
         return MeasurementError(f"Chromium: {str(e).splitlines()[0]}{_last(self.log)}")
 
-    def _stage(self, site: Path) -> dict[str, Any]:
+    def _stage(self, site: Path) -> PageJob:
         """The served folder: the page, onnxruntime-web's files, the model and raw input batches."""
         job = self.job
         (site / "ort").mkdir(parents=True)
@@ -377,20 +433,20 @@ class PageSession:
             arrays = {k: npz[k] for k in npz.files}
         data, self.samples = batches(arrays, job.input_names, job.batch)
         (site / "inputs").mkdir()
-        files = []
+        files: list[list[str]] = []
         for b, batch in enumerate(data):
             files.append([])
             for i, array in enumerate(batch):
                 path = site / "inputs" / f"b{b}-i{i}.bin"
                 path.write_bytes(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes())
                 files[-1].append(f"inputs/{path.name}")
-        inputs = [{"name": name, "dtype": _dtype(a), "shape": list(a.shape)}
+        inputs: list[PageInput] = [{"name": name, "dtype": _dtype(a), "shape": list(a.shape)}
                   for name, a in zip(job.input_names, data[0])]
         return {"artifact": "model.onnx", "external_data": external, "inputs": inputs, "batches": files,
                 "options": job.options}
 
 
-def page_result(job: Job, info: dict[str, Any], timings: list[float], samples: int, chromium: str) -> dict[str, Any]:
+def page_result(job: Job, info: PageInfo, timings: list[float], samples: int, chromium: str) -> dict[str, Any]:
     """The result document of a job run in the page (a runner's, as protocol.py has it): ``info`` is
     what the page said when it loaded the model, ``timings`` its timed runs."""
     doc = result_document(
@@ -403,14 +459,14 @@ def page_result(job: Job, info: dict[str, Any], timings: list[float], samples: i
     return checked_result(doc, "the browser's result")
 
 
-def runtime_label(info: dict[str, Any], chromium: str) -> str:
+def runtime_label(info: PageInfo, chromium: str) -> str:
     """What ran, as latency rows say it: onnxruntime-web's version, backend, threads, the browser."""
     threads = info["threads"]
     return (f"onnxruntime-web {info['ortVersion']} wasm (simd, {threads} thread{'s' if threads != 1 else ''}), "
             f"Chromium {chromium}")
 
 
-def decode(output: dict[str, Any]) -> np.ndarray:
+def decode(output: PageOutput) -> np.ndarray:
     """One output the page sent back: base64 bytes, dtype and dims."""
     dtype = np.dtype(WEB_DTYPES.get(output["dtype"], output["dtype"])).newbyteorder("<")
     raw = base64.b64decode(output["data"])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import pydantic
 from pydantic import Field, field_validator
@@ -32,6 +32,9 @@ from edgeship.config import (
 )
 from edgeship.devices.base import Device
 from edgeship.errors import DeviceError, did_you_mean, one_of
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 
@@ -192,23 +195,24 @@ class QemuConfig(StrictModel):
         return QemuDevice(name, self)
 
 
-CONFIGS: dict[str, type[StrictModel]] = {"local": LocalConfig, "ssh": SshConfig, "adb": AdbConfig,
-                                         "browser": BrowserConfig, "qemu": QemuConfig}
+DeviceConfig = LocalConfig | SshConfig | AdbConfig | BrowserConfig | QemuConfig   # a [devices.NAME] table
+CONFIGS: dict[str, type[DeviceConfig]] = {"local": LocalConfig, "ssh": SshConfig, "adb": AdbConfig,
+                                          "browser": BrowserConfig, "qemu": QemuConfig}
 # Devices every build knows, devices file or not (a file may redefine them). x86-avx2-emulated: an
 # x86-64 CPU with AVX2 and no VNNI or AVX-512 (most AMD Zen 1-3 machines, Intel client CPUs before
 # Ice Lake), for the int8 kernels of CPUs a newer build machine does not have. arm64-emulated: an
 # Armv9 CPU with every feature qemu emulates (dotprod, i8mm, bf16, SVE2), running the aarch64 builds
 # of the runtimes android and jetson artifacts use (devices/armroot.py).
-BUILT_IN: dict[str, StrictModel] = {"host": LocalConfig(transport="local"),
-                                     "browser": BrowserConfig(transport="browser"),
-                                     "x86-avx2-emulated": QemuConfig(transport="qemu", cpu="Haswell"),
-                                     "arm64-emulated": QemuConfig(transport="qemu", arch="aarch64", cpu="max")}
+BUILT_IN: dict[str, DeviceConfig] = {"host": LocalConfig(transport="local"),
+                                      "browser": BrowserConfig(transport="browser"),
+                                      "x86-avx2-emulated": QemuConfig(transport="qemu", cpu="Haswell"),
+                                      "arm64-emulated": QemuConfig(transport="qemu", arch="aarch64", cpu="max")}
 
 
 class DeviceSet:
     """The devices a file defines, by name; the BUILT_IN ones are always there."""
 
-    def __init__(self, source: str, configs: dict[str, Any]) -> None:
+    def __init__(self, source: str, configs: dict[str, DeviceConfig]) -> None:
         self.source = source
         self.configs = {**BUILT_IN, **configs}
 
@@ -239,7 +243,7 @@ def load_devices(path: Path | str) -> DeviceSet:
     if not isinstance(table, dict):
         raise DeviceError(f"{path}: devices must be tables ([devices.NAME]), not {type(table).__name__}")
     problems: list[str] = []
-    configs: dict[str, Any] = {}
+    configs: dict[str, DeviceConfig] = {}
     for name, entry in table.items():
         config, found = _entry(name, entry, path.parent)
         problems += found
@@ -250,7 +254,7 @@ def load_devices(path: Path | str) -> DeviceSet:
     return DeviceSet(str(path), configs)
 
 
-def _entry(name: str, entry: Any, base_dir: Path) -> tuple[Any, list[str]]:
+def _entry(name: str, entry: object, base_dir: Path) -> tuple[DeviceConfig | None, list[str]]:
     """One [devices.NAME] table validated against its transport's model; problems name its keys."""
     where = f"devices.{name}" if name.isprintable() else f"devices.{name!r}"
     if not re.fullmatch(NAME_PATTERN, name):
@@ -270,7 +274,7 @@ def _entry(name: str, entry: Any, base_dir: Path) -> tuple[Any, list[str]]:
         return None, [_prefixed(model, err, where) for err in e.errors(include_url=False)]
 
 
-def _prefixed(model: type[StrictModel], err: Any, where: str) -> str:
+def _prefixed(model: type[StrictModel], err: ErrorDetails, where: str) -> str:
     """config.format_error's line with the key written as devices.NAME.key."""
     key = render_loc(tuple(err["loc"]))
     return format_error(model, err).replace(key, f"{where}.{key}", 1)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from edgeship.cache import Cache
 from edgeship.devices.base import Device, Job
@@ -20,7 +19,7 @@ NAMESPACE = "devices"
 FACTS_FILE = "cpu.json"
 
 
-def target_cpus(devices: list[Device], runtime: str, cache: Cache) -> list[tuple[str, dict[str, Any]]]:
+def target_cpus(devices: list[Device], runtime: str, cache: Cache) -> list[tuple[str, dict[str, object]]]:
     """(device name, CPU facts) of each device that runs ``runtime``; a device whose CPU could not
     be found has facts with ``source = "unknown"`` and the reason in ``error``. Empty when no
     device runs it (the caller then takes this machine's)."""
@@ -35,7 +34,7 @@ def runs(device: Device, runtime: str) -> bool:
     return device.skip_reason(probe, None) is None
 
 
-def device_cpu(device: Device, cache: Cache) -> dict[str, Any]:
+def device_cpu(device: Device, cache: Cache) -> dict[str, object]:
     """The CPU of ``device``: what it knows of itself (this machine's, an emulated CPU's), else its
     cached probe (probed on a miss; cached only when the probe read the CPU)."""
     own = device.own_cpu()
@@ -52,7 +51,7 @@ def device_cpu(device: Device, cache: Cache) -> dict[str, Any]:
     return facts
 
 
-def probed_cpu(device: Device) -> dict[str, Any]:
+def probed_cpu(device: Device) -> dict[str, object]:
     """The CPU facts ``device``'s probe reports; when it reports none, unknown facts with the reason
     in ``error``."""
     report = device.check()
@@ -64,6 +63,6 @@ def probed_cpu(device: Device) -> dict[str, Any]:
     return cpu
 
 
-def unknown_cpu(reason: str) -> dict[str, Any]:
+def unknown_cpu(reason: str) -> dict[str, object]:
     """Facts for a CPU that could not be found out, saying why."""
     return {"model": None, "arch": None, "flags": [], "source": "unknown", "error": reason}

@@ -236,7 +236,7 @@ def flat_outputs(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
             super().__init__()
             self.inner = inner
 
-        def forward(self, *args: torch.Tensor) -> tuple[Any, ...]:
+        def forward(self, *args: torch.Tensor) -> tuple[object, ...]:
             return tuple(value for _, value in outputs.flatten(self.inner(*args)))
 
     return FlatOutputs(module).eval()

@@ -12,15 +12,15 @@ from typing import Any
 from edgeship.fsutil import atomic_write_text
 from edgeship.matrix.outcome import CellResult
 from edgeship.matrix.spec import Matrix
-from edgeship.results import Results, VariantResult
+from edgeship.results import Latency, Results, VariantResult
 
 REPORT_MD, REPORT_JSON = "matrix.md", "matrix.json"
 
 
-def best_on(results: Results, device: str) -> tuple[VariantResult, Any] | None:
+def best_on(results: Results, device: str) -> tuple[VariantResult, Latency] | None:
     """The passing non-eager variant with the lowest p50 on ``device`` (its opt-size row), or None
     (also on an emulated device, whose times are the emulator's)."""
-    best = None
+    best: tuple[VariantResult, Latency] | None = None
     for row in results.variants:
         if row.is_reference or not row.gates.passed:
             continue

@@ -23,13 +23,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeship.errors import BadInputError, GateFailure, first_line, listing
 from edgeship.fsutil import atomic_output
 from edgeship.matrix.outcome import CellResult
 from edgeship.matrix.spec import Cell, Matrix, MatrixError
 from edgeship.store import DEFAULT_PATH, ENV
+
+if TYPE_CHECKING:
+    import ray
+
+    from edgeship.devices import Device
 
 POLL_S = 1.0  # how often the driver looks at the tasks' progress
 
@@ -50,7 +55,7 @@ def run_local(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) ->
     return results
 
 
-def build_cell(cell: Cell, dest: Path, matrix: Matrix, db: str, wrap: Callable[[Any], Any] | None) -> CellResult:
+def build_cell(cell: Cell, dest: Path, matrix: Matrix, db: str, wrap: Callable[[Device], Device] | None) -> CellResult:
     """One build into ``dest`` with the matrix's devices (each wrapped by ``wrap`` when given)."""
     from edgeship.pipeline.plan import BuildRequest
     from edgeship.pipeline.run import build
@@ -113,7 +118,7 @@ def run_ray(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> l
 
     here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
     board = ray.remote(num_cpus=0)(Board).options(scheduling_strategy=here).remote()
-    pending: dict[Any, tuple[Cell, float]] = {}
+    pending: dict[ray.ObjectRef[tuple[CellResult, bytes | None]], tuple[Cell, float]] = {}
     for cell in matrix.cells():
         refuse_foreign(out / cell.folder)
     for cell in matrix.cells():
@@ -148,7 +153,7 @@ def run_ray(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> l
     return sorted(results, key=lambda r: order[(r.model, r.target)])
 
 
-def board_states(board: Any) -> dict[str, str]:
+def board_states(board: Any) -> dict[str, str]:   # a Board actor's handle
     """What the build tasks last told the board; nothing when it cannot be read (the progress lines
     are not worth failing the run for)."""
     import ray
@@ -184,7 +189,7 @@ def ray_build(cell: Cell, matrix: Matrix, db: str, board: Any = None) -> tuple[C
     tell = (lambda state: board.set.remote(key, state)) if board is not None else (lambda state: None)
     tell(f"building on {node}")
 
-    def wrap(device: Any) -> Any:
+    def wrap(device: Device) -> Device:
         if device.local_to_node:  # this node's own CPU, browser or emulator
             return device
         return RayDevice(device, matrix.devices_file, matrix.retries,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeship.errors import GateFailure
 from edgeship.outputs import onnx_name
@@ -17,11 +17,14 @@ from edgeship.profile import Gates
 from edgeship.results import Accuracy, GateResult, Latency, Results, VariantResult
 from edgeship.tasks.evaluate import GATE_METRICS, SET_GATES, TASK_GATES
 
+if TYPE_CHECKING:
+    from edgeship.spec import ModelSpec
+
 NON_FINITE = "outputs contain {n} non-finite values (NaN or inf)"
 NOT_INFORMATIVE = "accuracy not informative"
 
 
-def judge_row(row: VariantResult, gates: Gates, task: str, names: list[str], spec: Any) -> None:
+def judge_row(row: VariantResult, gates: Gates, task: str, names: list[str], spec: ModelSpec) -> None:
     """Set a measured variant's ``row.gates`` from its figures: ``gates`` (the profile's merged with
     the variant's) as ``task`` checks them, on every device and size, and the output names its
     artifact declares against ``names`` (the float model's); add notes on gates the task ignores and,
@@ -185,7 +188,7 @@ def check_gates(gates: Gates, accuracy: Accuracy | None, latency: list[Latency],
     return GateResult(passed=not failures, failures=failures)
 
 
-def _low(failures: list[str], field: str, limit: float | None, value: Any, identical: bool = False) -> None:
+def _low(failures: list[str], field: str, limit: float | None, value: float | None, identical: bool = False) -> None:
     if limit is None:
         return
     if value is None:

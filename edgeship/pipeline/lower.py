@@ -11,12 +11,13 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from edgeship.backends.base import AccuracyBudget, Artifact, Backend, LowerRequest
 from edgeship.backends.registry import BACKENDS
 from edgeship.cache import Cache
 from edgeship.calibration.dataset import Dataset
+from edgeship.config import StrictModel
 from edgeship.devices.hashing import sha256_path
 from edgeship.errors import LoweringError, OutputError, WriteFailure, failure_line
 from edgeship.fsutil import NO_SPACE, atomic_write_text
@@ -25,13 +26,27 @@ from edgeship.profile import Profile, Variant
 from edgeship.results import now_utc
 
 
+class LoweredRecord(TypedDict):
+    """lowered.json: what the stage cache keeps beside a variant's folder (``Lowered.cache_record``)."""
+
+    file: str                     # the artifact, relative to the folder
+    sha256: str
+    capture: str | None
+    capture_seconds: float | None
+    seconds: float | None
+    notes: list[str]
+    artifact_notes: list[str]
+    details: dict[str, object]    # the artifact's backend facts
+    lowered_at: str
+
+
 @dataclass
 class Lowered:
     """The outcome of lowering one variant."""
 
     variant: Variant
     backend: Backend
-    options: Any
+    options: StrictModel   # the backend's parsed Options
     artifact: Artifact | None = None
     capture: str | None = None
     capture_seconds: float | None = None
@@ -48,7 +63,7 @@ class Lowered:
             self.sha256 = sha256_path(self.artifact.path)
         return self.sha256
 
-    def cache_record(self) -> dict[str, Any]:
+    def cache_record(self) -> LoweredRecord:
         """What the stage cache keeps beside the variant's folder, to restore this outcome."""
         path = self.artifact.path
         return {"file": path.name, "sha256": self.artifact_sha256(), "capture": self.capture,
@@ -56,7 +71,7 @@ class Lowered:
                 "artifact_notes": self.artifact.notes, "details": self.artifact.details, "lowered_at": now_utc()}
 
 
-def restored(variant: Variant, record: dict[str, Any], folder: Path) -> Lowered:
+def restored(variant: Variant, record: LoweredRecord, folder: Path) -> Lowered:
     """A variant's lowering outcome rebuilt from the stage cache (its folder already restored)."""
     backend = BACKENDS[variant.backend]
     notes = list(record["artifact_notes"]) + [f"reused from the stage cache (lowered {record['lowered_at']})"]
@@ -74,7 +89,7 @@ def capture_order(profile: Profile, variant: Variant) -> list[str]:
 
 def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_dir: Path,
                   calibration: Callable[[], Dataset] | None = None, debug: bool = False,
-                  cache: Cache | None = None, cpus: list[tuple[str, dict[str, Any]]] | None = None,
+                  cache: Cache | None = None, cpus: list[tuple[str, dict[str, object]]] | None = None,
                   budget: AccuracyBudget | None = None) -> Lowered:
     """Capture (with fallback) and lower one variant; failures become ``Lowered.error``. ``cpus``:
     the CPUs the artifact will run on (None: this machine's), for settings chosen by CPU; ``budget``:

@@ -367,7 +367,7 @@ def is_bundle(path: Path) -> bool:
     """A zip whose manifest.json says edgeship made it."""
     try:
         with zipfile.ZipFile(path) as zf:
-            doc: Any = json.loads(zf.read("manifest.json"))
+            doc: object = json.loads(zf.read("manifest.json"))
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return False
     return isinstance(doc, dict) and doc.get("format") == "edgeship-bundle"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from rich.markup import escape
 
@@ -139,7 +138,7 @@ def expected_files(plan: Plan) -> list[str]:
     return names + [f"{v.name}/model{SPECS[v.backend].suffix}" for v in plan.profile.variants]
 
 
-def target_cpu_stage(plan: Plan, progress: Progress) -> list[tuple[str, dict[str, Any]]] | None:
+def target_cpu_stage(plan: Plan, progress: Progress) -> list[tuple[str, dict[str, object]]] | None:
     """The CPUs the artifacts whose lowering depends on the CPU will run on (this machine's; each
     remote device's probe, cached per device): ONNX int8 choosing reduce_range, AOTInductor packages,
     OpenVINO bf16; None when no variant depends on it, or when no device runs those runtimes
@@ -311,7 +310,7 @@ def artifact_job(plan: Plan, model: LazyModel, ref: Reference, item: Lowered) ->
 
 
 def _job(plan: Plan, model: LazyModel, ref: Reference, runtime: str, artifact: Path | None,
-         sha: str | None, options: dict[str, Any]) -> Job:
+         sha: str | None, options: dict[str, object]) -> Job:
     lat = plan.profile.latency
     return Job(runtime=runtime, artifact=artifact, sha256=sha, inputs=ref.inputs_npz,
                input_names=[i.name for i in model.spec.inputs], batch=batch_size(model),

@@ -29,8 +29,9 @@ import hashlib
 import json
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edgeship.backends.registry import cpu_dependence, outside_sources, toolchain_dists
 from edgeship.cache import Cache, cache_key
@@ -42,6 +43,10 @@ from edgeship.pipeline.plan import Plan
 from edgeship.profile.models import Variant
 from edgeship.quantize.settings import needs_calibration
 from edgeship.results import toolchain_versions
+
+if TYPE_CHECKING:
+    from edgeship.pipeline.lower import LoweredRecord
+    from edgeship.spec import ModelSpec
 
 PACKAGE = Path(__file__).resolve().parent.parent
 LOWERED = "lowered.json"
@@ -81,7 +86,7 @@ def module_fingerprint(module: str, base_dir: Path | None) -> str:
     return sha256_file(source) if source is not None else "unknown"
 
 
-def model_key(spec: Any) -> dict[str, Any]:
+def model_key(spec: ModelSpec) -> dict[str, object]:
     """What identifies the float model: its spec, weights, the entry module's source, the seed its
     construction is seeded with (without weights, the seed decides the weights; the reference entry
     records the built state_dict's sha256, which a model loaded later must match) and the labels
@@ -98,7 +103,7 @@ class StageKeys:
     this machine's): an artifact's key holds the setting chosen and why, so one made for a CPU with
     VNNI is not reused for one without."""
 
-    def __init__(self, plan: Plan, cpus: list[tuple[str, dict[str, Any]]] | None = None) -> None:
+    def __init__(self, plan: Plan, cpus: list[tuple[str, dict[str, object]]] | None = None) -> None:
         self.plan = plan
         self.cpus = cpus
         self.common = {"edgeship": edgeship_source(), "toolchain": toolchain_versions(toolchain_dists())}
@@ -106,18 +111,19 @@ class StageKeys:
         self.evaluation = data_fingerprint(plan.evaluation_source, plan.spec.base_dir)
         self.calibration = data_fingerprint(plan.calibration_source, plan.spec.base_dir)
 
-    def reference(self) -> dict[str, Any]:
+    def reference(self) -> dict[str, object]:
         return {**self.common, "model": self.model, "evaluation": self.evaluation,
                 "sizes": data_fingerprint(self.plan.sizes_source, self.plan.spec.base_dir),
                 "settings": self.plan.profile.evaluation.model_dump(mode="json")}
 
-    def artifact(self, variant: Variant) -> dict[str, Any]:
+    def artifact(self, variant: Variant) -> dict[str, object]:
         profile = self.plan.profile
         calibrated = needs_calibration(variant.precision, variant.quantization)
-        key = {**self.common, "model": self.model, "variant": variant.model_dump(mode="json", exclude={"gates"}),
-               "capture": profile.capture.model_dump(mode="json"),
-               "calibration": {"data": self.calibration,
-                               "settings": profile.calibration.model_dump(mode="json")} if calibrated else None}
+        key: dict[str, object] = {
+            **self.common, "model": self.model, "variant": variant.model_dump(mode="json", exclude={"gates"}),
+            "capture": profile.capture.model_dump(mode="json"),
+            "calibration": {"data": self.calibration,
+                            "settings": profile.calibration.model_dump(mode="json")} if calibrated else None}
         cpu = cpu_dependence(variant, self.cpus)
         if cpu is not None:  # what of the target CPUs the backend made the artifact from (its hook)
             key["cpu"] = cpu
@@ -136,7 +142,7 @@ class StageKeys:
                           "profile": plan.profile.model_dump(mode="json"), "request": request, **cpus})
 
 
-def restore_artifact(cache: Cache, key: dict[str, Any], folder: Path) -> dict[str, Any] | None:
+def restore_artifact(cache: Cache, key: Mapping[str, object], folder: Path) -> LoweredRecord | None:
     """Copy a cached variant folder to ``folder`` (the build's staging folder), checked: None on a
     miss, or when the entry is damaged (then it is discarded, with a line in ``cache.notices``).
     ``Cache.get`` has checked every file of the entry; the copy is checked against the artifact's
@@ -156,7 +162,7 @@ def restore_artifact(cache: Cache, key: dict[str, Any], folder: Path) -> dict[st
     return None
 
 
-def store_artifact(cache: Cache, key: dict[str, Any], folder: Path, record: dict[str, Any]) -> None:
+def store_artifact(cache: Cache, key: Mapping[str, object], folder: Path, record: LoweredRecord) -> None:
     """Keep a freshly lowered variant folder and its lowering record (``file`` relative to the folder);
     the cache lists every file's sha256, checked on each restore."""
     def fill(dest: Path) -> None:

@@ -10,10 +10,10 @@ import functools
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +32,13 @@ from edgeship.profile import LatencySettings
 from edgeship.results import Accuracy, CpuFacts, GateResult, Latency, OutputAccuracy, TaskAccuracy, now_utc
 from edgeship.shapes import is_dynamic
 from edgeship.tasks.evaluate import Output, TaskJudge, task_anchors
+
+if TYPE_CHECKING:
+    import torch
+
+    from edgeship.model import LazyModel
+    from edgeship.pipeline.plan import Plan
+    from edgeship.spec import ModelSpec
 
 SIZE_SAMPLES = 8  # evaluation samples at a dynamic model's min and max sizes
 REPRODUCE_MIN_SQNR_DB = 40.0  # a float model against itself: ~130 dB; a differently initialised one: ~0 dB
@@ -97,7 +104,8 @@ class Reference:
                    for a in (value if isinstance(value, list) else [value]))
 
 
-def float_outputs(module: Any, data: Dataset, batch: int, source: str = "") -> tuple[list[str], list[Output]]:
+def float_outputs(module: torch.nn.Module, data: Dataset, batch: int,
+                  source: str = "") -> tuple[list[str], list[Output]]:
     """The float module's outputs over the evaluation samples (in batches of the spec's batch size),
     flattened and named (:mod:`edgeship.outputs`); what the model raises on them, or an output
     that is not a tensor, is a ModelSpecError naming the spec (``source``)."""
@@ -119,7 +127,7 @@ def float_outputs(module: Any, data: Dataset, batch: int, source: str = "") -> t
         raise ModelSpecError(f"{source or 'model spec'}: {e}") from None
 
 
-def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any, key: dict[str, Any],
+def reference_stage(model: LazyModel, evaluation: Callable[[Plan], Dataset], plan: Plan, key: Mapping[str, object],
                     cache: Cache, workdir: Path) -> Reference:
     """The evaluation samples and the float outputs on them, from the stage cache when the model
     and data are unchanged (then the model is not loaded); ``model.counts`` get params and FLOPs."""
@@ -150,7 +158,7 @@ def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any,
 
     entry = cache.get_or_compute("reference", key, compute)
     facts = json.loads((entry.path / "facts.json").read_text())
-    model.counts.update(params=facts["params"], flops=facts["flops"])
+    model.counts.update({"params": facts["params"], "flops": facts["flops"]})
     model.expect_state(facts.get("state_sha256"))  # a model built later in this build must be the same
     inputs = load_npz(entry.path / "eval_inputs.npz")  # paged in where used: a large set is not read whole
     with np.load(entry.path / "reference.npz", allow_pickle=False) as npz:
@@ -171,7 +179,7 @@ def reference_stage(model: Any, evaluation: Callable[[Any], Dataset], plan: Any,
     return ref
 
 
-def size_datasets(plan: Any, spec: Any) -> dict[str, Dataset]:
+def size_datasets(plan: Plan, spec: ModelSpec) -> dict[str, Dataset]:
     """Samples at the min and max sizes of a model with dynamic dimensions (none otherwise): the
     spec's ``[data] sizes`` callable's, else seeded random ones. Every artifact is run at both, so
     a range it cannot take fails the variant, and its accuracy there is judged."""

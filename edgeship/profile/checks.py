@@ -6,13 +6,16 @@ Only declarations are consulted (``lowering.registry``), never a backend's imple
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edgeship import shapes
 from edgeship.backends.registry import SPECS
 from edgeship.errors import one_of
 from edgeship.profile.models import Profile, Variant
 from edgeship.quantize.settings import QuantizationSettings, QuantizationSupport
+
+if TYPE_CHECKING:
+    from edgeship.spec import ModelSpec
 
 
 def backend_problems(profile: Profile) -> list[str]:
@@ -34,7 +37,7 @@ def backend_problems(profile: Profile) -> list[str]:
     return problems
 
 
-def dynamic_shape_problems(profile: Profile, spec: Any) -> list[str]:
+def dynamic_shape_problems(profile: Profile, spec: ModelSpec) -> list[str]:
     """Variants whose backend, precision or options cannot take the model spec's dynamic dimensions
     (none when the spec has no dynamic dimensions); each names the variant, the dimensions and why."""
     if not shapes.is_dynamic(spec):

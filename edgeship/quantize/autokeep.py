@@ -47,9 +47,9 @@ class AutoChoice:
     kept: list[str]
     failures: list[str]
     cap: int
-    tried: list[dict[str, Any]] = field(default_factory=list)
+    tried: list[dict[str, object]] = field(default_factory=list)   # kept, run, failures of each try
 
-    def details(self, budget: AccuracyBudget) -> dict[str, Any]:
+    def details(self, budget: AccuracyBudget) -> dict[str, object]:
         return {"keep_float": "auto", "kept": len(self.kept), "cap": self.cap, "budget": budget.described(),
                 "failures_on_calibration": self.failures, "tried": self.tried}
 

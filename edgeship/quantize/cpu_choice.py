@@ -63,7 +63,7 @@ def this_machine() -> list[TargetCpu]:
     return [("host", cpu_facts())]
 
 
-def cpu_details(cpus: list[TargetCpu]) -> list[dict[str, Any]]:
+def cpu_details(cpus: list[TargetCpu]) -> list[dict[str, object]]:
     """The target CPUs as ``lowering.details.quantization.cpus`` lists them."""
     return [{"device": name, **{k: (facts or {}).get(k) for k in ("model", "arch", "flags", "source", "error")
                                 if (facts or {}).get(k) is not None}} for name, facts in cpus]

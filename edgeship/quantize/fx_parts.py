@@ -31,6 +31,7 @@ from edgeship.lowering.capture import fx_failure
 
 if TYPE_CHECKING:
     import torch
+    from torch.utils._pytree import TreeSpec
 
 # prepare(module, example_inputs, non_traceable_names, scope) -> a prepared torch.fx.GraphModule; scope is
 # the traced module's qualified name ("" for the whole model); local_names() maps the model's names into it.
@@ -93,13 +94,13 @@ def prepare_parts(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, .
     return found
 
 
-def convert_parts(found: FxParts, convert: Callable[[Any], torch.nn.Module]) -> torch.nn.Module:
+def convert_parts(found: FxParts, convert: Callable[[torch.fx.GraphModule], torch.nn.Module]) -> torch.nn.Module:
     """Every prepared graph converted by ``convert`` (innermost first); the model."""
-    if found.whole:
-        return convert(found.module)
+    if found.whole:   # prepared graphs are GraphModules: the model when traced whole, else each part's
+        return convert(cast("torch.fx.GraphModule", found.module))
     parts = _parts(found.module)
     for part in reversed(parts):   # innermost first: converting a graph also visits the parts inside it
-        part.traced = convert(part.traced)
+        part.traced = convert(cast("torch.fx.GraphModule", part.traced))
     return found.module
 
 
@@ -115,15 +116,17 @@ def global_name(local: str, scope: str) -> str:
     return local if scope == "" else scope + local[len(INNER):]
 
 
-def graphs(model: torch.nn.Module) -> list[tuple[str, Any]]:
+def graphs(model: torch.nn.Module) -> list[tuple[str, torch.fx.GraphModule]]:
     """Each graph of a model prepared (or converted) by ``prepare_parts``, with the scope it was
     traced at: every part's, or the model itself at "" when FX traced it whole."""
     parts = _parts(model)
-    return [(part.part_name, part.traced) for part in parts] if parts else [("", model)]
+    found = [(part.part_name, part.traced) for part in parts] if parts else [("", model)]
+    return cast("list[tuple[str, torch.fx.GraphModule]]", found)
 
 
 @contextlib.contextmanager
-def parts_running(model: torch.nn.Module, runner: Callable[[str, Any], Callable[..., Any]]) -> Iterator[None]:
+def parts_running(model: torch.nn.Module,
+                  runner: Callable[[str, torch.fx.GraphModule], Callable[..., object]]) -> Iterator[None]:
     """Inside the block, each part of ``model`` (prepared by parts) hands its graph's inputs to
     ``runner(scope, graph)`` instead of calling the graph, and the rest of the model runs as
     written: how an interpreter over the prepared graphs (``observers.one_layer_interpreter``)
@@ -131,18 +134,18 @@ def parts_running(model: torch.nn.Module, runner: Callable[[str, Any], Callable[
     import torch
 
     class Running(torch.nn.Module):
-        def __init__(self, run: Callable[..., Any]) -> None:
+        def __init__(self, run: Callable[..., object]) -> None:
             super().__init__()
             self.run = run
 
-        def forward(self, *args: Any) -> Any:
+        def forward(self, *args: torch.Tensor) -> object:
             return self.run(*args)
 
     parts = _parts(model)
     traced = [part.traced for part in parts]
     try:
         for part, graph in zip(parts, traced):
-            part.traced = Running(runner(part.part_name, graph))
+            part.traced = Running(runner(part.part_name, cast("torch.fx.GraphModule", graph)))
         yield
     finally:
         for part, graph in zip(parts, traced):
@@ -157,7 +160,7 @@ class LayerCall:
     scope: str
     graph: torch.fx.GraphModule
     module: torch.nn.Module
-    nodes: list[Any]  # torch.fx.Node
+    nodes: list[Any]  # torch.fx.Node (a call_module node's target is a str)
 
 
 def called_modules(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
@@ -195,9 +198,9 @@ def graph_code(module: torch.nn.Module) -> str:
 class _Call:
     """How the model called a module: positional and keyword arguments, which of them are tensors."""
 
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    output_spec: Any = None   # a pytree TreeSpec, once the module returned
+    args: tuple[object, ...]
+    kwargs: dict[str, object]
+    output_spec: TreeSpec | None = None   # once the module returned
 
     def tensor_slots(self) -> list[int | str]:
         import torch
@@ -290,9 +293,11 @@ def _record_calls(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, .
     return calls
 
 
-def _slot_values(call: _Call, args: tuple[Any, ...] | None = None, kwargs: dict[str, Any] | None = None) -> list[Any]:
+def _slot_values(call: _Call, args: tuple[object, ...] | None = None,
+                 kwargs: dict[str, object] | None = None) -> list[torch.Tensor]:
     args, kwargs = (call.args, call.kwargs) if args is None else (args, kwargs or {})
-    return [args[slot] if isinstance(slot, int) else kwargs[slot] for slot in call.tensor_slots()]
+    values = [args[slot] if isinstance(slot, int) else kwargs[slot] for slot in call.tensor_slots()]
+    return cast("list[torch.Tensor]", values)   # tensor_slots: the slots that hold tensors
 
 
 def _bound(module: torch.nn.Module, call: _Call) -> torch.nn.Module:
@@ -302,12 +307,12 @@ def _bound(module: torch.nn.Module, call: _Call) -> torch.nn.Module:
 
     slots = call.tensor_slots()
     params = ", ".join(f"t{i}" for i in range(len(slots)))
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, object] = {}
     # FX names a graph's inputs from forward's code object, so forward is written with one named
     # parameter per tensor (t0, t1, ...: made here, nothing of the model's is executed).
     exec(f"def forward(self, {params}):\n    return self.call_inner(({params}{',' if slots else ''}))", namespace)
 
-    def call_inner(self: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> Any:
+    def call_inner(self: torch.nn.Module, tensors: tuple[torch.Tensor, ...]) -> object:
         args, kwargs = list(call.args), dict(call.kwargs)
         for slot, tensor in zip(slots, tensors):
             if isinstance(slot, int):
@@ -348,12 +353,12 @@ def _part_class() -> type[torch.nn.Module]:
             super().__init__()
             self.traced, self.call, self.part_name = graph, call, name
 
-        def forward(self, *args: Any, **kwargs: Any) -> Any:
+        def forward(self, *args: object, **kwargs: object) -> object:
             self._check(args, kwargs)
             out = self.traced(*_slot_values(self.call, args, kwargs))
-            return pytree.tree_unflatten(pytree.tree_leaves(out), self.call.output_spec)
+            return pytree.tree_unflatten(pytree.tree_leaves(out), cast("TreeSpec", self.call.output_spec))
 
-        def _check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        def _check(self, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
             same = (len(args) == len(self.call.args) and kwargs.keys() == self.call.kwargs.keys()
                     and all(_same_constant(a, b) for a, b in zip(args, self.call.args))
                     and all(_same_constant(kwargs[k], v) for k, v in self.call.kwargs.items()))

@@ -15,7 +15,7 @@ with one layer quantized at a time: ``one_layer_plan`` picks that layer's observ
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,7 +72,7 @@ def takes_any_batch(module: torch.nn.Module, example: tuple[torch.Tensor, ...]) 
 
 
 def calibrate_observers(prepared: torch.nn.Module, data: Dataset, batch: int, cache: Cache | None,
-                        key_parts: dict[str, Any], flexible: bool = False) -> dict[str, Any]:
+                        key_parts: Mapping[str, object], flexible: bool = False) -> dict[str, object]:
     """Calibrate ``prepared`` in place (or restore its observers from the cache); the cache facts."""
     import torch
 

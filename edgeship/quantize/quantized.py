@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,14 +42,14 @@ class Quantized:
 
 
 @contextlib.contextmanager
-def calibrated(cache: Cache | None, namespace: str, key_parts: dict[str, Any],
-               compute: Callable[[Path], None]) -> Iterator[tuple[CacheEntry, dict[str, Any]]]:
+def calibrated(cache: Cache | None, namespace: str, key_parts: Mapping[str, object],
+               compute: Callable[[Path], None]) -> Iterator[tuple[CacheEntry, dict[str, object]]]:
     """The calibration result for ``key_parts``: from the cache, or computed (and cached when a
     cache is given; without one it lives in a temporary folder for the duration of the block)."""
     with contextlib.ExitStack() as stack:
         store = cache or Cache(Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="edgeship-calib-"))))
         start = time.perf_counter()
         entry = store.get_or_compute(namespace, key_parts, compute)
-        facts = {"cache": ("hit" if entry.hit else "miss") if cache else "off", "key": entry.key,
-                 "seconds": round(time.perf_counter() - start, 3)}
+        facts: dict[str, object] = {"cache": ("hit" if entry.hit else "miss") if cache else "off",
+                                    "key": entry.key, "seconds": round(time.perf_counter() - start, 3)}
         yield entry, facts

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from edgeship.calibration.dataset import Dataset
 from edgeship.errors import LoweringError
@@ -65,6 +65,32 @@ class OneLayerRuns:
 
 class NotMeasurable(Exception):
     """Why the own-contribution measure cannot be taken for this model (the message says)."""
+
+
+class SensitivityRow(TypedDict, total=False):
+    """One layer of the sensitivity report (own_* only when the own contribution was measured)."""
+
+    layer: str
+    op: str
+    own_sqnr_db: float | None
+    own_rank: int
+    sqnr_db: float | None
+    accumulated_rank: int
+
+
+class SensitivityReport(TypedDict, total=False):
+    """``lowering.details.quantization.sensitivity``: the report file, the worst layers, and what
+    keep_float = "auto" chose (``auto``, ``auto_note``)."""
+
+    file: str
+    samples: int
+    layers: int
+    keep_float_ranking: str
+    own_seconds: float
+    own_not_measured: str
+    worst: list[SensitivityRow]
+    auto: dict[str, object]
+    auto_note: str
 
 
 @dataclass
@@ -158,28 +184,32 @@ def ranked(layers: list[LayerSensitivity], own: OwnContribution) -> list[LayerSe
 
 
 def sensitivity_summary(layers: list[LayerSensitivity], own: OwnContribution, folder: Path,
-                        samples: int) -> dict[str, Any]:
+                        samples: int) -> SensitivityReport:
     """Write the full report beside the artifact (both measures, rows in keep_float's order);
     return the worst layers for results.json and which ranking keep_float takes."""
     rows = _rows(layers, own)
     ranking = "accumulated" if own.not_measured is not None else "own"
-    facts = {"keep_float_ranking": ranking, "own_seconds": own.seconds}
+    facts: dict[str, object] = {"keep_float_ranking": ranking, "own_seconds": own.seconds}
     if own.not_measured is not None:
         facts["own_not_measured"] = own.not_measured
     atomic_write_text(folder / SENSITIVITY_FILE, json.dumps(
         {"measures": MEASURES, "samples": samples, **facts,
          "order": f"worst first by the {ranking} measure, the ranking keep_float takes its layers from",
          "layers": rows}, indent=1) + "\n")
-    return {"file": SENSITIVITY_FILE, "samples": samples, "layers": len(rows), **facts,
-            "worst": rows[:SENSITIVITY_IN_DETAILS]}
+    summary: SensitivityReport = {"file": SENSITIVITY_FILE, "samples": samples, "layers": len(rows),
+                                  "keep_float_ranking": ranking, "own_seconds": own.seconds}
+    if own.not_measured is not None:   # the keys in the order of the file's
+        summary["own_not_measured"] = own.not_measured
+    summary["worst"] = rows[:SENSITIVITY_IN_DETAILS]
+    return summary
 
 
-def _rows(layers: list[LayerSensitivity], own: OwnContribution) -> list[dict[str, Any]]:
+def _rows(layers: list[LayerSensitivity], own: OwnContribution) -> list[SensitivityRow]:
     """One row per layer, both figures (own only when measured), in keep_float's order."""
     accumulated_rank = {id(s): i for i, s in enumerate(worst_first(layers), 1)}
     rows = []
     for rank, s in enumerate(ranked(layers, own), 1):
-        row: dict[str, Any] = {"layer": s.layer, "op": s.op}
+        row: SensitivityRow = {"layer": s.layer, "op": s.op}
         if own.not_measured is None:
             row |= {"own_sqnr_db": _round(own.sqnr_db.get(s.layer)), "own_rank": rank}
         rows.append(row | {"sqnr_db": _round(s.sqnr_db), "accumulated_rank": accumulated_rank[id(s)]})
@@ -199,7 +229,7 @@ def sensitivity_sample(data: Dataset) -> Dataset:
 def sensitivity_and_fallback(wanted: bool, keep_float: int | str, data: Dataset, batch: tuple[int, bool],
                              folder: Path, measure: Callable[[Dataset, int], list[LayerSensitivity]],
                              one_layer: Callable[[Dataset, int], OneLayerRuns], auto: AutoKeep | None = None,
-                             ) -> tuple[dict[str, Any] | None, list[str]]:
+                             ) -> tuple[SensitivityReport | None, list[str]]:
     """The sensitivity report (when ``wanted``, or needed by ``keep_float``) and the ``keep_float``
     most sensitive layers (``"auto"``: as many as the variant's gates on the calibration samples
     need, ``quantize/autokeep.py``, with ``auto``, whose ``real`` runs every one of ``data``).
@@ -225,7 +255,7 @@ def sensitivity_and_fallback(wanted: bool, keep_float: int | str, data: Dataset,
     return report, choice.kept
 
 
-def sensitivity_note(report: dict[str, Any] | None) -> list[str]:
+def sensitivity_note(report: SensitivityReport | None) -> list[str]:
     """The variant's notes: what keep_float = "auto" kept, and why the own contribution could not
     be measured (where it could not)."""
     notes = [report["auto_note"]] if report and "auto_note" in report else []

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edgeship.reports.formatting import size_text
 from edgeship.reports.rows import Line, Report
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
@@ -56,7 +60,7 @@ def latency_chart(report: Report) -> Chart:
     return chart
 
 
-def _latency_axes(fig: Any, report: Report) -> None:
+def _latency_axes(fig: Figure, report: Report) -> None:
     ax = fig.add_subplot()
     lines, devices = report.lines, report.devices
     height = 0.8 / len(devices)
@@ -85,8 +89,8 @@ def accuracy_chart(report: Report) -> Chart:
     key = "top1" if any(_acc(ln, None, "top1") is not None for ln in report.lines) else "agreement"
     what = "top-1 accuracy" if key == "top1" else "agreement with the float model's top-1"
     chart = Chart("chart-accuracy", f"{what.capitalize()} against p50 latency, Pareto front marked")
-    points = {d: [(ln.p50(d), _acc(ln, d, key), ln) for ln in report.lines
-                  if ln.p50(d) is not None and _acc(ln, d, key) is not None] for d in report.devices}
+    points = {d: [(p50, acc, ln) for ln in report.lines
+                  if (p50 := ln.p50(d)) is not None and (acc := _acc(ln, d, key)) is not None] for d in report.devices}
     if not any(points.values()):
         chart.why = f"no variant has both a p50 and {what} measured"
         return chart
@@ -101,7 +105,7 @@ def _acc(line: Line, device: str | None, key: str) -> float | None:
     return 100 * value if value is not None else None
 
 
-def _accuracy_axes(fig: Any, points: dict[str, list[tuple[Any, Any, Line]]], what: str) -> None:
+def _accuracy_axes(fig: Figure, points: dict[str, list[tuple[float, float, Line]]], what: str) -> None:
     ax = fig.add_subplot()
     for j, (device, pts) in enumerate(points.items()):
         if not pts:
@@ -133,7 +137,7 @@ def size_chart(report: Report) -> Chart:
     return chart
 
 
-def _size_axes(fig: Any, sized: list[Line]) -> None:
+def _size_axes(fig: Figure, sized: list[Line]) -> None:
     ax = fig.add_subplot()
     kib = [ln.variant.size_bytes / 1024 for ln in sized]
     ax.barh(range(len(sized)), kib, color=COLORS[0], height=0.6)
@@ -149,7 +153,7 @@ def _height(report: Report, per_line: int) -> float:
     return 0.9 + 0.22 * len(report.lines) * max(per_line, 1.5)
 
 
-def _draw(salt: str, paint: Any, height: float) -> str:
+def _draw(salt: str, paint: Callable[[Figure], None], height: float) -> str:
     """Paint a figure and return its SVG element (no XML prolog), with ids unique to this chart."""
     import matplotlib
     from matplotlib.figure import Figure

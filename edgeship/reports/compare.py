@@ -144,7 +144,7 @@ def across_builds(rows: list[Row], threshold_pct: float, top1_tolerance: float) 
 def measurements(rows: list[Row]) -> list[Row]:
     """One row per measurement, oldest measured first: a row with the ``measured_at`` and artifact
     of an earlier one was reused from it (the earlier build's row is kept)."""
-    seen: dict[tuple[Any, ...], Row] = {}
+    seen: dict[tuple[object, ...], Row] = {}
     for r in rows:
         stamp = r.get("measured_at")
         seen.setdefault((stamp, r.get("artifact_sha256")) if stamp else ("build", r["build_id"]), r)

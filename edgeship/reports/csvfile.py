@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
 
 from edgeship.reports.formatting import TASK_METRICS, task_metric_names
 from edgeship.reports.rows import Line, Report, why_mismatch, why_no_accuracy, why_no_latency
@@ -54,7 +53,7 @@ def render_csv(report: Report) -> str:
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
 
 
-def inert(value: Any) -> Any:
+def inert(value: object) -> object:
     """``value``, or a text that a spreadsheet would take for a formula with ``'`` in front. A
     carriage return in a text becomes a line feed: the writer's line ends are ``\\n``, so only a
     ``\\n`` gets the cell quoted (a bare ``\\r`` would end the row for a reader)."""
@@ -64,14 +63,14 @@ def inert(value: Any) -> Any:
     return "'" + value if value.startswith(FORMULA_START) else value
 
 
-def csv_row(report: Report, line: Line, device: str | None) -> dict[str, Any] | None:
+def csv_row(report: Report, line: Line, device: str | None) -> dict[str, object] | None:
     """One row, or None when the variant has measurements but not on this device's build."""
     v = line.variant
     measured_devices = {lat.device for x in line.build.results.variants for lat in x.latency}
     if device is not None and device not in measured_devices:
         return None
     lat = line.latency(device) if device else None
-    row: dict[str, Any] = {"build": line.build.label, "target": line.build.results.target,
+    row: dict[str, object] = {"build": line.build.label, "target": line.build.results.target,
                            "model": line.build.results.model.name, "created": line.build.results.created}
     row.update({k: getattr(v, k) for k in VARIANT if k != "variant"}, variant=v.name)
     row.update({k: getattr(lat, k) if lat else None for k in LATENCY}, device=device)
@@ -105,7 +104,7 @@ def _speedup(report: Report, line: Line, lat: Latency | None) -> float | None:
     return base / lat.p50_ms if base is not None else None
 
 
-def _why(line: Line, device: str | None, lat: Latency | None, acc: Any) -> str:
+def _why(line: Line, device: str | None, lat: Latency | None, acc: Accuracy | None) -> str:
     reasons = []
     if device is None or lat is None or not lat.timed:
         reasons.append(why_no_latency(line, device) if device else why_no_accuracy(line))

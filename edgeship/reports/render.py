@@ -6,8 +6,9 @@ forbids fetching any. A "not measured" cell links to its reason, listed once at 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup, escape
 
@@ -16,6 +17,9 @@ from edgeship import __version__
 from edgeship.reports.charts import charts
 from edgeship.reports.compare import Comparison
 from edgeship.reports.rows import Report, Shown
+
+if TYPE_CHECKING:
+    import jinja2
 
 
 @dataclass
@@ -57,12 +61,12 @@ def render_html(report: Report, comparison: Comparison | None = None) -> str:
     return _environment(cell, escape).get_template("report.html.j2").render(**context)
 
 
-def md_text(text: Any) -> str:
+def md_text(text: object) -> str:
     """Text safe inside a Markdown table cell."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _environment(cell: Any, text: Any) -> Any:
+def _environment(cell: Callable[[Shown], str], text: Callable[[object], str]) -> jinja2.Environment:
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("edgeship.reports", "templates"),
@@ -73,7 +77,7 @@ def _environment(cell: Any, text: Any) -> Any:
     return env
 
 
-def _context(report: Report, comparison: Comparison | None, notes: Footnotes) -> dict[str, Any]:
+def _context(report: Report, comparison: Comparison | None, notes: Footnotes) -> dict[str, object]:
     sources = comparison.sources if comparison else [b.source for b in report.builds]
     return {"report": report, "comparison": comparison, "notes": notes, "c": formatting, "sources": sources,
             "toolchain": _toolchain_table(report), "edgeship_version": __version__}
