@@ -237,10 +237,15 @@ def test_every_job_key_the_runner_reads_is_declared() -> None:
     read = keys_used(PACKAGE / "devices" / "runner.py", {"job"})
     assert {"runtime", "inputs", "input_names", "deadline_s", "result", "options", "iterations"} <= read  # found
     assert read <= set(JOB), f"runner.py reads job keys protocol.py does not declare: {sorted(read - set(JOB))}"
+    for path in sorted(PACKAGE.glob("backends/*/device.py")):  # the backends' Runners (trtexec reads the job)
+        read = keys_used(path, {"job"})
+        assert read <= set(JOB), f"{path} reads job keys protocol.py does not declare: {sorted(read - set(JOB))}"
+    assert {"options", "iterations"} <= keys_used(PACKAGE / "backends" / "tensorrt" / "device.py", {"job"})
 
 
 @pytest.mark.parametrize(("path", "names", "functions", "some"), [
-    ("devices/runner.py", {"result"}, None, {"ok", "load_ms", "timings_ms", "cpu", "summary_ms", "error"}),
+    ("devices/runner.py", {"result"}, None, {"ok", "load_ms", "timings_ms", "cpu", "error"}),
+    ("backends/tensorrt/device.py", {"result"}, None, {"summary_ms", "timings_ms", "load_ms", "runtime_version"}),
     ("devices/base.py", {"doc"}, {"read_from", "checked_result"}, {"ok", "error", "not_for_this_cpu"}),
     ("devices/adb.py", {"doc"}, None, {"timings_ms", "summary_ms", "load_ms"}),
     ("devices/browser.py", {"doc"}, None, {"browser", "host", "load_ms"}),
