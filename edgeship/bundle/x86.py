@@ -61,6 +61,7 @@ def running_guide(meta: dict[str, Any], artifacts: list[dict[str, Any]], toolcha
         output_names=[o.get("name") or f"out{i}" for i, o in enumerate(meta["outputs"])], samples=samples,
         source=source, input_args=" ".join(samples) or " ".join(f"{i['name']}.npy" for i in meta["inputs"]))
 
+
 def _model(artifact: dict[str, Any]) -> dict[str, Any]:
     runtime = artifact.get("runtime") or {}
     return {"variant": artifact["variant"], "backend": artifact["backend"], "precision": artifact["precision"],

@@ -189,17 +189,15 @@ def sensitivity_summary(layers: list[LayerSensitivity], own: OwnContribution, fo
     return the worst layers for results.json and which ranking keep_float takes."""
     rows = _rows(layers, own)
     ranking = "accumulated" if own.not_measured is not None else "own"
-    facts: dict[str, object] = {"keep_float_ranking": ranking, "own_seconds": own.seconds}
+    summary: SensitivityReport = {"file": SENSITIVITY_FILE, "samples": samples, "layers": len(rows),
+                                  "keep_float_ranking": ranking, "own_seconds": own.seconds}
     if own.not_measured is not None:
-        facts["own_not_measured"] = own.not_measured
+        summary["own_not_measured"] = own.not_measured
+    facts = {k: v for k, v in summary.items() if k not in ("file", "samples", "layers")}
     atomic_write_text(folder / SENSITIVITY_FILE, json.dumps(
         {"measures": MEASURES, "samples": samples, **facts,
          "order": f"worst first by the {ranking} measure, the ranking keep_float takes its layers from",
          "layers": rows}, indent=1) + "\n")
-    summary: SensitivityReport = {"file": SENSITIVITY_FILE, "samples": samples, "layers": len(rows),
-                                  "keep_float_ranking": ranking, "own_seconds": own.seconds}
-    if own.not_measured is not None:   # the keys in the order of the file's
-        summary["own_not_measured"] = own.not_measured
     summary["worst"] = rows[:SENSITIVITY_IN_DETAILS]
     return summary
 
