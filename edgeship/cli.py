@@ -15,7 +15,7 @@ from edgeship.errors import EdgeshipError, GateFailure, os_failure, user_code_ex
 
 BUILD_EXIT = """exit status:
   0    every variant built, measured where its profile says, and passed (a variant no device here can
-       run by design, e.g. TensorRT without an NVIDIA GPU, is marked "not measured here")
+       run by design, e.g. a GPU runtime on a machine without that GPU, is marked "not measured here")
   2    bad input: profile, model spec, weights, data, devices file, user code that exited; an output
        folder another build is using, with --no-wait
   3    a gate failed, a variant could not be built, or a runner ended without a result
@@ -55,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
     c = dsub.add_parser("check", help="reach a device: OS, architecture, Python, runtimes, free disk")
     c.add_argument("name", help="device name")
     u = dsub.add_parser("setup", help="prepare what an emulated Arm device runs in (once; arm64-emulated: an aarch64 "
-                                      "Python with ONNX Runtime, ExecuTorch and torch, ~0.9 GB)")
+                                      "Python with torch and the pinned aarch64 runtimes, ~0.9 GB)")
     u.add_argument("name", help="device name (transport qemu, arch aarch64)")
     add_report_parser(sub)
     add_bundle_parser(sub)
@@ -285,10 +285,12 @@ COMMANDS = {"build": cmd_build, "devices": cmd_devices, "report": cmd_report, "b
 
 
 def quiet_libraries() -> None:
-    """Silence the deprecation chatter of torch and friends (kept with --debug)."""
+    """Silence the deprecation chatter of torch and the backends' toolchains (kept with --debug)."""
+    from edgeship.backends.registry import toolchain_dists
+
     for category in (FutureWarning, DeprecationWarning):
         warnings.filterwarnings("ignore", category=category)
-    for name in ("torch", "torch.utils._pytree", "onnxscript", "executorch", "coremltools"):
+    for name in ("torch", "torch.utils._pytree", *toolchain_dists()):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
@@ -319,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> None:
     """The ``edgeship`` command: ``main``, then exit without the interpreter's last full garbage
-    collection over torch's heap (0.7 s here with torch and onnx loaded; a Ctrl-C waited for it).
+    collection over torch's heap (0.7 s here with torch and a converter loaded; a Ctrl-C waited for it).
     ``gc.freeze`` only exempts the objects alive now from that collection: every file and lock is
     closed by then, and refcounting still frees what it frees."""
     import gc

@@ -148,27 +148,22 @@ def plain(text: str) -> str:
     return ANSI_ESCAPE.sub("", text)
 
 
-# How converters name the operator they cannot take (in the error or the errors chained to it).
+# How converters name the operator they cannot take (in the error or the errors chained to it): the
+# patterns every converter shares; a backend adds its converter's own (``unsupported_op_patterns``).
 UNSUPPORTED_OP = [
-    r"Exporting the operator '(?P<ns>\w+)::(?P<op>\w+)'",                       # TorchScript ONNX exporter
-    r"No ONNX function found for <OpOverload\(op='(?P<ns>\w+)\.(?P<op>\w+)'",    # dynamo ONNX exporter
-    r"Operator torch\._ops\.(?P<ns>\w+)\.(?P<op>\w+)\.\w+ is not in Core ATen",  # torch.export / ExecuTorch
-    r"Missing out variants: \{'(?P<ns>\w+)::(?P<op>\w+)",                        # ExecuTorch
-    r"convert function for op [`'](?P<op>\w+)[`']",                                 # coremltools
-    r"(?:lowering for Torch|converting) [`'](?P<op>\w+)[`'] op",                      # coremltools
+    r"Operator torch\._ops\.(?P<ns>\w+)\.(?P<op>\w+)\.\w+ is not in Core ATen",  # torch's core ATen verifier
     r"(?i)(?:unsupported|not supported|not implemented|no \w+ (?:found|registered))[^\n]*?"
     r"\b(?P<ns>aten|prim|quantized)(?:::|\.)(?P<op>\w+)",
     r"(?i)\b(?P<ns>aten|prim|quantized)(?:::|\.)(?P<op>\w+)[^\n]*?(?:unsupported|not supported|not implemented)",
-    # coremltools' converter of one torch op failed inside (its traceback: convert_single_node, then the op's function)
-    r'in convert_single_node\n(?:(?!\s*File ).*\n)*\s*File "[^"]*frontend/torch/ops\.py", line \d+, in _?(?P<op>\w+)',
 ]
 
 
-def unsupported_op(error: BaseException) -> str | None:
+def unsupported_op(error: BaseException, patterns: Iterable[str] = ()) -> str | None:
     """The operator a converter could not take (``aten::linalg_inv``), found in the text of the
-    error and of the errors chained to it, as ``lowering.log`` shows them; None when none is named."""
+    error and of the errors chained to it, as ``lowering.log`` shows them; None when none is named.
+    ``patterns``: the converter's own, tried before the shared ones."""
     text = plain("".join(traceback.format_exception(error)))
-    for pattern in UNSUPPORTED_OP:
+    for pattern in (*patterns, *UNSUPPORTED_OP):
         found = re.search(pattern, text)
         if found:
             ns = found.groupdict().get("ns")
@@ -176,12 +171,12 @@ def unsupported_op(error: BaseException) -> str | None:
     return None
 
 
-def failure_line(error: BaseException, limit: int = 300) -> str:
+def failure_line(error: BaseException, limit: int = 300, patterns: Iterable[str] = ()) -> str:
     """``Type: first line`` of a converter's failure (colour codes removed), naming the operator
     it could not take when its text names one and the first line does not. edgeship's own
     LoweringError is written to be read whole: its message alone, not cut."""
     if isinstance(error, LoweringError):
         return first_line(error)
     line = f"{type(error).__name__}: {first_line(error)[:limit]}"
-    op = unsupported_op(error)
+    op = unsupported_op(error, patterns)
     return line + (f" (unsupported op: {op})" if op and op.split("::")[-1] not in line else "")

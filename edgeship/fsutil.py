@@ -32,7 +32,7 @@ def atomic_output(dest: Path, size: int | None = None) -> Iterator[Path]:
     dest = Path(dest)
     with full_disk_is_write_failure(dest, size):
         dest.parent.mkdir(parents=True, exist_ok=True)
-    # The temporary name keeps the suffix: some writers insist on it (coremltools: .mlpackage).
+    # The temporary name keeps the suffix: some writers insist on it (a package folder's converter checks it).
     fd, name = tempfile.mkstemp(prefix=f".{dest.stem}.tmp-{os.getpid()}-", suffix=dest.suffix, dir=dest.parent)
     os.close(fd)
     tmp = Path(name)

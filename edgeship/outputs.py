@@ -1,8 +1,8 @@
 """A model's outputs, flattened in one order with stable names.
 
 Whatever a model returns (a tensor, a tuple, a dict such as a Hugging Face ``ModelOutput``, or a
-nesting of them) becomes a list of ``(name, value)`` pairs in the order torch's pytree, the ONNX
-exporters and ExecuTorch flatten it: tuples and lists by position, dicts by insertion order. Names:
+nesting of them) becomes a list of ``(name, value)`` pairs in the order torch's pytree, the graph
+exporters and the runtimes flatten it: tuples and lists by position, dicts by insertion order. Names:
 a lone tensor is ``output``; a top-level tuple's items ``output0``, ``output1``, ...; a dict's items
 their keys; nested items ``parent.key`` or ``parent.0``. The device runner flattens artifact outputs
 in the same order, so the k-th array a runtime returns is the k-th name here.
@@ -38,8 +38,8 @@ def names_of(out: object) -> list[str]:
     return [name for name, _ in flatten(out)]
 
 
-def onnx_name(name: str) -> str:
-    """An output name as the ONNX graph carries it (letters, digits, ``_`` and ``.``)."""
+def graph_name(name: str) -> str:
+    """An output name as a converted graph declares it (letters, digits, ``_`` and ``.``)."""
     return re.sub(r"[^A-Za-z0-9_.]", "_", name)
 
 

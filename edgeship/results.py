@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import platform
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -16,7 +16,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgeship.fsutil import atomic_write_text
-from edgeship.webfiles import ort_web_version
 
 # The float model's row: the first of every build (DESIGN.md: backend `eager`), every comparison's
 # baseline. Its backend id and its runtime id are this one name; ``VariantResult.is_reference`` and
@@ -188,8 +187,8 @@ class Lowering(ResultModel):
 class GateResult(ResultModel):
     passed: bool = True
     failures: list[str] = Field(default_factory=list)
-    # False: no device of the build can run the artifact by design (TensorRT without an NVIDIA GPU,
-    # Core ML off macOS): built and checked, not measured; ``passed`` then only says nothing failed.
+    # False: no device of the build can run the artifact by design (a GPU runtime without its GPU,
+    # an OS's own runtime off that OS): built and checked, not measured; ``passed`` then only says nothing failed.
     checked: bool = True
 
 
@@ -318,9 +317,10 @@ def now_utc() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def toolchain_versions(backend_dists: Iterable[str] = ()) -> dict[str, str]:
+def toolchain_versions(backend_dists: Iterable[str] = (), others: Mapping[str, str] | None = None) -> dict[str, str]:
     """Python and the installed versions of the libraries that shape artifacts: TOOLCHAIN_DISTS and
-    ``backend_dists`` (the backends', from the registry's ``toolchain_dists``)."""
+    ``backend_dists`` (the backends', from the registry's ``toolchain_dists``), then ``others``: the
+    versions of what is not a Python distribution (the registry's ``toolchain_others``)."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
@@ -329,7 +329,4 @@ def toolchain_versions(backend_dists: Iterable[str] = ()) -> dict[str, str]:
             out[dist] = version(dist)
         except PackageNotFoundError:
             continue
-    web = ort_web_version()
-    if web:
-        out["onnxruntime-web"] = web
-    return out
+    return out | dict(others or {})

@@ -4,11 +4,12 @@ An input marks dimensions dynamic by index, ``dynamic = { 1 = { min = 8, max = 5
 keys are strings), with an optional ``opt`` (default: the size in ``shape``) and ``name``.
 
 **Which dimensions are one.** Dimensions that must always be equal (the sequence length of
-``input_ids`` and of ``attention_mask``) are one dimension: one ``torch.export.Dim``, one ONNX
-dimension name, one range in a TensorRT profile. The rule: dimensions with the same ``name`` are
-one; unnamed dimensions at the same index with the same min and max are one. Grouped dimensions
-must agree on min, max and opt. Name dimensions to keep two same-range dimensions apart (an
-encoder's and a decoder's length, both 8..512) or to join dimensions at different indices.
+``input_ids`` and of ``attention_mask``) are one dimension: one ``torch.export.Dim``, one named
+dimension of an exported graph, one range in a runtime's optimization profile. The rule:
+dimensions with the same ``name`` are one; unnamed dimensions at the same index with the same min
+and max are one. Grouped dimensions must agree on min, max and opt. Name dimensions to keep two
+same-range dimensions apart (an encoder's and a decoder's length, both 8..512) or to join
+dimensions at different indices.
 
 **Sizes.** ``sizes(spec)`` gives each input's shape at "min", "opt" and "max" (only "opt" when
 nothing is dynamic): what the artifact must take, and where validation measures it. Capture uses
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from torch.export import Dim
 
 SIZE_NAMES = ("min", "opt", "max")
-BATCH = "batch"             # the name of the batch dimension a backend asks to be free (ONNX dynamic_batch)
+BATCH = "batch"             # the name of the batch dimension a backend asks to be free (its dynamic_batch)
 DYNAMIC_BATCH_MAX = 4096    # the largest batch a free batch dimension takes
 
 
@@ -144,8 +145,8 @@ def sizes(spec: SpecLike) -> dict[str, dict[str, list[int]]]:
 
 
 def dim_names(spec: SpecLike, dynamic_batch: bool = False) -> dict[str, dict[int, str]]:
-    """Each input's free dimensions by index, named by group: what ONNX ``dynamic_axes`` takes and
-    the names ONNX graphs carry. With ``dynamic_batch``, dimension 0 of every input whose batch the
+    """Each input's free dimensions by index, named by group: what a graph exporter's ``dynamic_axes`` takes
+    and the names its graphs carry. With ``dynamic_batch``, dimension 0 of every input whose batch the
     spec leaves fixed is ``batch``."""
     names: dict[str, dict[int, str]] = {inp.name: {} for inp in spec.inputs}
     for dim in dynamic_dims(spec):

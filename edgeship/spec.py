@@ -41,18 +41,18 @@ class InputSpec(StrictModel):
         """A dynamic dimension: any size from min to max; opt is the size runtimes are tuned for."""
 
         min: int = Field(ge=1, description="Smallest size the artifact must take.")
-        max: int = Field(ge=1, description="Largest size the artifact must take (ExecuTorch and TensorRT "
-                                           "allocate for it).")
+        max: int = Field(ge=1, description="Largest size the artifact must take (runtimes that plan "
+                                           "memory ahead allocate for it).")
         opt: int | None = Field(
-            None, ge=1, description="The size capture uses and runtimes tune for (TensorRT's opt shape); unset: "
-                                    "the size in shape.")
+            None, ge=1, description="The size capture uses and runtimes tune for (an optimization profile's opt "
+                                    "shape); unset: the size in shape.")
         name: str | None = Field(
             None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
             description="Dimensions with the same name, in any inputs, are one dimension (always equal); unset: "
                         "dimensions at the same index with the same min and max are one.")
 
     name: str = Field(
-        "input", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Input name (ONNX input name, npz key).")
+        "input", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Input name (the graph's input name, npz key).")
     shape: list[int] = Field(min_length=1, description="Shape with the batch dimension first, e.g. [1, 3, 224, 224].")
     dtype: DType = Field("float32", description="Element type.")
     dynamic: dict[str, Dim] = Field(

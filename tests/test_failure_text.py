@@ -7,9 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from edgeship.backends.registry import SPECS
 from edgeship.cli import main
 from edgeship.errors import failure_line, first_line, plain, unsupported_op
 from tests.conftest import write_profile
+
+# Every backend's converter patterns (a lowering failure is read with its own backend's only).
+EVERY_CONVERTER = tuple(p for spec in SPECS.values() for p in spec.unsupported_op_patterns)
 
 
 def chained(cause: str, message: str) -> Exception:
@@ -44,16 +48,16 @@ def test_first_line_drops_terminal_colour_codes() -> None:
      '  File "/v/coremltools/converters/mil/frontend/torch/ops.py", line 3048, in _cast\n', "int"),
 ])
 def test_unsupported_op_is_found_in_the_chained_errors(text: str, op: str | None) -> None:
-    assert unsupported_op(chained(text, "Failed to convert the exported program")) == op
+    assert unsupported_op(chained(text, "Failed to convert the exported program"), EVERY_CONVERTER) == op
 
 
 def test_failure_line_names_the_op_only_when_the_first_line_does_not() -> None:
     error = chained("No ONNX function found for <OpOverload(op='aten.linalg_inv_ex', overload='default')>",
                     "Failed to convert. \x1b[96mThis is step 3/3\x1b[0m")
-    assert failure_line(error) == ("RuntimeError: Failed to convert. This is step 3/3 "
+    assert failure_line(error, patterns=EVERY_CONVERTER) == ("RuntimeError: Failed to convert. This is step 3/3 "
                                    "(unsupported op: aten::linalg_inv_ex)")
     named = RuntimeError("Exporting the operator 'aten::linalg_inv' to ONNX opset version 20 is not supported")
-    assert failure_line(named) == f"RuntimeError: {named}"
+    assert failure_line(named, patterns=EVERY_CONVERTER) == f"RuntimeError: {named}"
 
 
 def test_build_lowering_failure_message_is_plain_and_names_the_op(capsys, tmp_path: Path) -> None:
@@ -65,3 +69,16 @@ def test_build_lowering_failure_message_is_plain_and_names_the_op(capsys, tmp_pa
     error = next(v for v in json.loads((out / "results.json").read_text())["variants"] if v["name"] == "ort")["error"]
     assert code == 3 and "\x1b" not in error and error.endswith("(unsupported op: aten::linalg_inv_ex)")
     assert "linalg_inv_ex" in (out / "ort" / "lowering.log").read_text()
+
+
+@pytest.mark.parametrize("pattern", EVERY_CONVERTER)
+def test_each_backend_pattern_names_the_op(pattern: str) -> None:
+    import re
+
+    assert "op" in re.compile(pattern).groupindex
+
+
+def test_a_converter_pattern_is_read_only_for_its_own_backend() -> None:
+    error = chained("Missing out variants: {'aten::_foo_bar'}", "to_executorch failed")
+    assert unsupported_op(error, SPECS["executorch"].unsupported_op_patterns) == "aten::_foo_bar"
+    assert unsupported_op(error, SPECS["onnx"].unsupported_op_patterns) is None

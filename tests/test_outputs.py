@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from edgeship.devices.runner import decode_outputs, encode_outputs, merge_batches
-from edgeship.outputs import flatten, mismatches, names_of, onnx_name, signature_of
+from edgeship.outputs import flatten, graph_name, mismatches, names_of, signature_of
 
 
 def test_flatten_names_a_lone_tensor_tuple_items_dict_keys_and_nested_items() -> None:
@@ -16,7 +16,7 @@ def test_flatten_names_a_lone_tensor_tuple_items_dict_keys_and_nested_items() ->
     assert names_of(OrderedDict(last_hidden_state=1, pooler_output=2)) == ["last_hidden_state", "pooler_output"]
     nested = {"out": {"boxes": 1, "scores": 2}, "aux": (3, [4, 5])}
     assert flatten(nested) == [("out.boxes", 1), ("out.scores", 2), ("aux.0", 3), ("aux.1.0", 4), ("aux.1.1", 5)]
-    assert onnx_name("out.boxes") == "out.boxes" and onnx_name("a b/c") == "a_b_c"
+    assert graph_name("out.boxes") == "out.boxes" and graph_name("a b/c") == "a_b_c"
 
 
 def test_flatten_follows_torch_pytree_order() -> None:

@@ -86,6 +86,19 @@ def toolchain_dists() -> tuple[str, ...]:
     return tuple(sorted({dist for spec in SPECS.values() for dist in spec.toolchain}))
 
 
+def toolchain_others() -> dict[str, str]:
+    """Every backend's ``toolchain_others``: versions of what is not a Python distribution, by name."""
+    return {name: version for spec in SPECS.values() for name, version in spec.toolchain_others().items()}
+
+
+def toolchain() -> dict[str, str]:
+    """The build's toolchain as results.json records it and the stage cache keys on it: Python, torch and
+    the shared libraries, then every backend's distributions and other versions."""
+    from edgeship.results import toolchain_versions
+
+    return toolchain_versions(toolchain_dists(), toolchain_others())
+
+
 def _device_side() -> Iterator[tuple[str, str, str]]:
     """(backend name, its package, module) for every backend's device-side module."""
     for name, package_name in PACKAGES.items():
@@ -159,4 +172,4 @@ def cpu_dependence(variant: Variant, cpus: list[TargetCpu] | None) -> dict[str, 
 
 
 __all__ = ["BACKENDS", "PACKAGES", "SPECS", "BackendSpec", "cpu_dependence", "depends_on_cpu", "device_files",
-           "device_modules", "outside_sources", "package_folder", "toolchain_dists"]
+           "device_modules", "outside_sources", "package_folder", "toolchain", "toolchain_dists", "toolchain_others"]

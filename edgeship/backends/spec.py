@@ -59,6 +59,9 @@ class BackendSpec:
     # bundle: path of the file inside this backend's package folder}. A program under ``cpp/`` gets
     # the bundle's shared C++ header beside it.
     bundle_programs: ClassVar[dict[str, dict[str, str]]] = {}
+    # How its converter names an operator it cannot take (regular expressions with groups ``op`` and
+    # optionally ``ns``), tried before the shared ones (errors.UNSUPPORTED_OP) on a lowering failure.
+    unsupported_op_patterns: ClassVar[tuple[str, ...]] = ()
 
     class Options(StrictModel):
         """No options."""
@@ -69,6 +72,12 @@ class BackendSpec:
             if cls.name in SPECS:
                 raise RuntimeError(f"backend {cls.name!r} declared twice")
             SPECS[cls.name] = cls
+
+    @classmethod
+    def toolchain_others(cls) -> dict[str, str]:
+        """The installed versions of what shapes its artifacts or runs them and is not a Python
+        distribution (an npm package), by name, as results.json's toolchain records them. Default: none."""
+        return {}
 
     @classmethod
     def option_problems(cls, options: dict[str, Any]) -> list[str]:

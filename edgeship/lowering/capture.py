@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import torch
     from torch.export import Dim
 
-    # What a capture method returns: torch.export's program, or a TorchScript module (trace, script).
+    # What a capture method returns: torch.export's program, or a torch.jit module (trace, script).
     Program: TypeAlias = torch.export.ExportedProgram | torch.jit.ScriptModule
 
 SIZE_CHECK_SQNR_DB = 40.0  # an fp32 artifact this far from the float model at some size has fixed a size wrongly
@@ -220,7 +220,7 @@ def flat_outputs(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, ..
                  notes: list[str]) -> torch.nn.Module:
     """``module`` itself when it returns a tensor or a flat tuple of tensors; else a wrapper that
     returns its outputs flattened in edgeship's order (:mod:`edgeship.outputs`) as a tuple: a traced
-    dict cannot be exported by the TorchScript ONNX exporter (prim::DictConstruct)."""
+    dict cannot be exported by torch's jit-based graph exporter (prim::DictConstruct)."""
     import torch
 
     with torch.inference_mode():
@@ -269,7 +269,7 @@ def capture_trace(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> 
 
 
 def capture_script(model: LoadedModel, dynamic_batch: bool, notes: list[str]) -> torch.jit.ScriptModule:
-    """jit.script: keeps Python control flow; needs TorchScript-compatible code."""
+    """jit.script: keeps Python control flow; needs code torch.jit.script compiles."""
     import torch
 
     if shapes.is_dynamic(model.spec):

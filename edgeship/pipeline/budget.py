@@ -8,8 +8,8 @@ need what calibration samples do not give are left out: top-1 against labels (ca
 need not have them), the set gates of an embedding task (nearest neighbours need a set built for
 it) and latency. The gates are held tighter than the profile sets them (``MARGIN``): a choice
 that only just passes on the calibration samples can miss on others, and the calibration samples
-are at the spec's opt size only (on all-MiniLM-L6-v2 against a mean-cosine gate of 0.99, ONNX
-Runtime's choice with no margin read 0.9902 on the evaluation set and 0.9892 on the sentences cut to
+are at the spec's opt size only (on all-MiniLM-L6-v2 against a mean-cosine gate of 0.99, one
+backend's choice with no margin read 0.9902 on the evaluation set and 0.9892 on the sentences cut to
 8 tokens; with a tenth held back, the same 6 layers and the same miss; with a quarter, 8 layers and
 0.9929).
 """

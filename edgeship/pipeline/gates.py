@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeship.errors import GateFailure
-from edgeship.outputs import onnx_name
+from edgeship.outputs import graph_name
 from edgeship.profile import Gates
 from edgeship.results import Accuracy, GateResult, Latency, Results, VariantResult
 from edgeship.tasks.evaluate import GATE_METRICS, SET_GATES, TASK_GATES
@@ -69,9 +69,9 @@ def form_hint(spec: Any) -> list[str]:
 
 
 def declared_name_mismatch(row: VariantResult, names: list[str]) -> list[str]:
-    """A failure when the artifact declares output names (ONNX, Core ML) other than the float model's."""
+    """A failure when the artifact declares output names (a converted graph's) other than the float model's."""
     declared = [o.get("name") for o in row.lowering.details.get("outputs", []) if isinstance(o, dict)]
-    expected = [onnx_name(n) for n in names]
+    expected = [graph_name(n) for n in names]
     if not declared or declared == expected:
         return []
     return [f"output names: the artifact declares {', '.join(map(str, declared))}; the float model's outputs are "

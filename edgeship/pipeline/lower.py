@@ -117,7 +117,8 @@ def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_di
             raise  # a converter's own write on a full disk: the build's problem too
         if debug and not isinstance(e, LoweringError):
             raise
-        result.error = f"lowering failed: {failure_line(e)}"  # colour codes removed, the unsupported op named
+        # colour codes removed, the unsupported op named (the backend's converter's patterns first)
+        result.error = f"lowering failed: {failure_line(e, patterns=backend.unsupported_op_patterns)}"
         atomic_write_text(dest.parent / "lowering.log", traceback.format_exc())
     result.seconds = time.perf_counter() - start
     return result

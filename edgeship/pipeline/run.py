@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from edgeship.backends.registry import SPECS, depends_on_cpu, toolchain_dists
+from edgeship.backends.registry import SPECS, depends_on_cpu, toolchain
 from edgeship.cache import Cache, default_cache
 from edgeship.calibration import Dataset
 from edgeship.calibration.datasets import evaluation_samples
@@ -46,7 +46,7 @@ from edgeship.profile.models import Variant
 from edgeship.progress import Progress
 from edgeship.quantize.selection import select_variant
 from edgeship.quantize.settings import scheme_of
-from edgeship.results import REFERENCE, ModelInfo, Results, VariantResult, now_utc, toolchain_versions
+from edgeship.results import REFERENCE, ModelInfo, Results, VariantResult, now_utc
 from edgeship.tasks.evaluate import TaskJudge
 
 
@@ -94,7 +94,7 @@ def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
     validate_all(plan, model, ref, lowered, rows, progress)
     selection = select_variant(plan.profile.selection, rows, plan.devices[0].name) if plan.profile.selection else None
     results = Results(target=plan.profile.name, created=now_utc(), model=model_info(model, ref),
-                      toolchain=toolchain_versions(toolchain_dists()), variants=rows, selection=selection,
+                      toolchain=toolchain(), variants=rows, selection=selection,
                       build_key=build_key, notes=unmeasured_devices(rows, [d.name for d in plan.devices]))
     record_build(plan, folder, publish_build(plan, folder, results, progress), progress)
     return _verdict(plan, results)
@@ -140,9 +140,10 @@ def expected_files(plan: Plan) -> list[str]:
 
 def target_cpu_stage(plan: Plan, progress: Progress) -> list[tuple[str, dict[str, object]]] | None:
     """The CPUs the artifacts whose lowering depends on the CPU will run on (this machine's; each
-    remote device's probe, cached per device): ONNX int8 choosing reduce_range, AOTInductor packages,
-    OpenVINO bf16; None when no variant depends on it, or when no device runs those runtimes
-    (lowering then takes this machine's)."""
+    remote device's probe, cached per device) of the variants whose backend ``reads_cpus`` (an
+    int8 setting chosen by CPU, native code compiled for it, a precision the CPU must support); None
+    when no variant depends on it, or when no device runs those runtimes (lowering then takes this
+    machine's)."""
     if not any(depends_on_cpu(v) for v in plan.profile.variants):
         return None
     with progress.step("target CPUs") as status:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from edgeship.backends.registry import cpu_dependence, outside_sources, toolchain_dists
+from edgeship.backends.registry import cpu_dependence, outside_sources, toolchain
 from edgeship.cache import Cache, cache_key
 from edgeship.config import ENTRY_PATTERN
 from edgeship.devices.hashing import sha256_file, sha256_path
@@ -42,7 +42,6 @@ from edgeship.fsutil import atomic_write_text, full_disk_is_write_failure, remov
 from edgeship.pipeline.plan import Plan
 from edgeship.profile.models import Variant
 from edgeship.quantize.settings import needs_calibration
-from edgeship.results import toolchain_versions
 
 if TYPE_CHECKING:
     from edgeship.pipeline.lower import LoweredRecord
@@ -106,7 +105,7 @@ class StageKeys:
     def __init__(self, plan: Plan, cpus: list[tuple[str, dict[str, object]]] | None = None) -> None:
         self.plan = plan
         self.cpus = cpus
-        self.common = {"edgeship": edgeship_source(), "toolchain": toolchain_versions(toolchain_dists())}
+        self.common = {"edgeship": edgeship_source(), "toolchain": toolchain()}
         self.model = model_key(plan.spec)
         self.evaluation = data_fingerprint(plan.evaluation_source, plan.spec.base_dir)
         self.calibration = data_fingerprint(plan.calibration_source, plan.spec.base_dir)

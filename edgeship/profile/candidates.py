@@ -1,13 +1,13 @@
 """Candidate expansion: a variant's ``candidates`` table becomes one variant per combination.
 
     [[variants]]
-    name = "onnx-int8"
-    backend = "onnx"
+    name = "q8"
+    backend = "..."          # any backend with its own int8 quantizer
     precision = "int8"
     candidates = { per_channel = [true, false], method = ["minmax", "entropy"] }
 
-gives ``onnx-int8-per-channel-minmax``, ``onnx-int8-per-channel-entropy``,
-``onnx-int8-per-tensor-minmax`` and ``onnx-int8-per-tensor-entropy``: each is lowered and measured
+gives ``q8-per-channel-minmax``, ``q8-per-channel-entropy``, ``q8-per-tensor-minmax`` and
+``q8-per-tensor-entropy``: each is lowered and measured
 like any variant, and ``[selection]`` picks among all of them. Expansion also writes the
 profile's calibration sample count and seed into every int8 variant its backend quantizes, so a
 variant carries everything its quantizer needs.

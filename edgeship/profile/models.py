@@ -104,7 +104,7 @@ class Variant(StrictModel):
     """One artifact: a backend, a precision and the backend's options."""
 
     name: str = Field(pattern=NAME_PATTERN, description="Unique name; the artifact's folder.")
-    backend: str = Field(description="Backend id, e.g. pytorch-mobile, executorch, onnx.")
+    backend: str = Field(description=f"Backend id, {one_of(SPECS)}.")
     precision: Precision = Field(
         "fp32", description="fp32, fp16, bf16, int8 (weights and activations) or w8 (weights).")
     capture: list[CaptureMethod] | None = Field(
@@ -125,14 +125,21 @@ class Variant(StrictModel):
         return value
 
 
+def _platform_backends() -> str:
+    """``android (a, b), ...``: each bundle platform and the backends whose
+    artifacts it takes (their ``bundle_platforms``)."""
+    platforms: dict[str, list[str]] = {}
+    for name, spec in sorted(SPECS.items()):
+        for platform in spec.bundle_platforms:
+            platforms.setdefault(platform, []).append(name)
+    return ", ".join(f"{p} ({', '.join(names)})" for p, names in sorted(platforms.items()))
+
+
 class BundleSettings(StrictModel):
     """App bundles written at the end of a build (``[bundle]``): one zip per platform."""
 
     platforms: list[Literal["android", "ios", "jetson", "web", "linux", "x86"]] = Field(
-        min_length=1, description="Platforms to bundle for: android (.pte/.ptl), ios (.mlpackage/.pte), "
-                                  "jetson (ONNX, TensorRT), web (onnx-web: a static site with onnxruntime-web), "
-                                  "linux (AOTInductor .pt2, TorchScript: a LibTorch C++ app), x86 (OpenVINO IR, "
-                                  "ONNX: Python programs for OpenVINO and ONNX Runtime, a C++ one for OpenVINO).")
+        min_length=1, description=f"Platforms to bundle for, each with the backends it takes: {_platform_backends()}.")
     variants: Literal["passing", "fastest"] | list[str] = Field(
         "passing", description="passing: every variant that passed its gates; fastest: the passing variant with the "
                                "lowest p50; or a list of variant names (bundled even when a gate failed, "

@@ -1,12 +1,12 @@
 """What the CPUs an artifact will run on say about int8 kernels, for the backends that choose a
 setting by them (``backends/<name>/cpu.py``; each answers ``BackendSpec.cpu_dependence``).
 
-On x86-64 without VNNI, the u8 x s8 int8 kernels of ONNX Runtime (MLAS) and of OpenVINO's CPU
-plugin (oneDNN) multiply with VPMADDUBSW, which adds each pair of products into a saturating
+On x86-64 without VNNI, the u8 x s8 int8 kernels of the x86 runtimes (MLAS, oneDNN) multiply
+with VPMADDUBSW, which adds each pair of products into a saturating
 int16, so full 8-bit weights can clip; VNNI (avx512_vnni, avx_vnni) and AMX accumulate in int32,
 as ARM's int8 dot products do. ``saturation`` is that verdict for a list of target CPUs, naming
-each device; the backends turn it into their own setting (ONNX Runtime's reduce_range, NNCF's
-overflow_fix) and say why in the artifact's notes.
+each device; the backends turn it into their own setting (7-bit weights, an overflow fix) and say why in the
+artifact's notes.
 
 An explicit setting (``reduce_range``, ``overflow_fix``) in the profile always wins; every choice comes with
 a note saying what was chosen and why, which goes into the artifact's notes and

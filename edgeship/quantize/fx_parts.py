@@ -1,6 +1,6 @@
 """torch.fx quantization of a model FX cannot trace whole: its traceable parts, one graph each.
 
-The FX quantizers (PyTorch's ``prepare_fx``, coremltools' ``LinearQuantizer``) trace the model
+The FX quantizers (PyTorch's ``prepare_fx`` and the converters' quantizers built on it) trace the model
 symbolically, and Python control flow on tensors stops them: Hugging Face's BertModel slices by
 ``seq_length`` and branches on the mask, torchvision's SSD calls NMS. Where that happens, the
 module whose own code stopped the tracer becomes a plain call (an FX leaf) and the tracer tries
@@ -76,7 +76,7 @@ def prepare_parts(module: torch.nn.Module, example_inputs: tuple[torch.Tensor, .
     Every attempt prepares a fresh copy: a prepare changes the modules it reaches (QAT swaps them,
     torch.ao sets ``qconfig`` attributes on them) even when it fails or its graph is not kept, and
     a later attempt on those modules would inherit that (a stale ``qconfig = None`` failed
-    coremltools' next prepare with "Input float module must have a valid qconfig")."""
+    a converter's next prepare with "Input float module must have a valid qconfig")."""
     try:
         whole = prepare(copy.deepcopy(module), example_inputs, [], "")
         return FxParts(whole, [""], layers=(len(layers(module)),) * 2)
@@ -347,7 +347,7 @@ def _part_class() -> type[torch.nn.Module]:
 
     class Part(torch.nn.Module):
         """A traced (prepared, later converted) graph in the place of the module it was traced from. Its
-        graph is ``traced``, not ``graph``: a TorchScript module has a ``graph`` of its own."""
+        graph is ``traced``, not ``graph``: a scripted module has a ``graph`` of its own."""
 
         def __init__(self, graph: torch.nn.Module, call: _Call, name: str) -> None:
             super().__init__()

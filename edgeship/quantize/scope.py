@@ -1,13 +1,13 @@
 """Which operators a static int8 quantizer quantizes: every one its backend's quantizer takes, or
 only the weighted layers (convolutions and matrix multiplications).
 
-A quantizer's default is every operator it knows (ONNX Runtime: Add, Mul, Gather, Softmax,
-LayerNormalization, ...; XNNPACK: add, mul, cat, pooling; PyTorch's FX mapping: LayerNorm too; NNCF's
-default scheme: the inputs of Add and MVN). For convolutional networks that keeps whole blocks in
-int8. For a trained transformer it is ruinous: the residual stream and the layer-norm inputs carry
-outliers hundreds of times the typical value, and one scale per tensor crushes the rest (measured on
-all-MiniLM-L6-v2: mean cosine to float 0.37 with ONNX Runtime's default, 0.94 with MatMul only;
-0.88 / 0.96 with XNNPACK's; 0.61 with NNCF's default scheme). So ``operators = "auto"`` quantizes only
+A quantizer's default is every operator it knows (additions, multiplications, concatenation,
+pooling, often softmax and layer normalization too). For convolutional networks that keeps whole
+blocks in int8. For a trained transformer it is ruinous: the residual stream and the layer-norm
+inputs carry outliers hundreds of times the typical value, and one scale per tensor crushes the
+rest (on all-MiniLM-L6-v2 the mean cosine to float fell to 0.37 with one runtime's default set and
+rose to 0.94 with the matrix multiplications only; docs/ARCHITECTURE.md, "Which operators", gives
+every backend's figures). So ``operators = "auto"`` quantizes only
 the weighted layers of a graph with attention and layer normalization, and everything the
 backend's quantizer takes otherwise, and says which it chose and why.
 """
@@ -33,8 +33,8 @@ class Scope:
 
 def transformer_evidence(ops: Iterable[str]) -> tuple[str, str] | None:
     """The (attention, layer-norm) operator names that mark a graph as a transformer's, or None.
-    ``ops`` are the graph's operator names in the backend's own spelling (ONNX op types, OpenVINO
-    type names, aten targets, TorchScript node kinds, module class names)."""
+    ``ops`` are the graph's operator names in the backend's own spelling (a serialized graph's
+    op types, aten targets, a scripted graph's node kinds, module class names)."""
     names = sorted(set(ops))
     attention = next((n for n in names if any(a in n.lower().replace(".", "_") for a in ATTENTION)), None)
     norm = next((n for n in names if any(a in n.lower().replace(".", "_") for a in LAYER_NORM)), None)

@@ -3,7 +3,7 @@
 
 - **own** (``own_sqnr_db``): the model's outputs with only this layer quantized, every other layer
   float, against the float model's (every fixed-shape float output, flattened together). This is
-  the layer's own contribution, the measure TensorRT's and NNCF's tools rank layers by, and the one
+  the layer's own contribution, the measure vendors' layer-sensitivity tools rank layers by, and the one
   ``keep_float`` uses: keeping a layer in float removes what it adds, not what it inherits.
 - **accumulated** (``sqnr_db``): the layer's output in the fully quantized model against the same
   layer in the float model. Error from every quantized layer upstream counts too, so it puts late
@@ -46,7 +46,7 @@ MEASURES = {
 class LayerSensitivity:
     """One layer's output in the quantized model against the same layer in the float model."""
 
-    layer: str            # the name the backend's fallback takes (module path or ONNX node name)
+    layer: str            # the name the backend's fallback takes (module path or graph node name)
     op: str               # operator or module type
     sqnr_db: float | None  # None: identical outputs (infinite SQNR)
 

@@ -8,8 +8,8 @@ Precision ids (DESIGN.md) and how a variant asks for quantization:
 - ``int8`` with ``scheme = "dynamic"``: int8 weights; activations are quantized to int8 at run
   time from each batch's own range, so no calibration data is needed (``"dynamic"``). The
   arithmetic is int8, hence precision ``int8``, not ``w8``.
-- ``w8`` (int8 weights, float activations and float arithmetic) is weight-only quantization; none
-  of the pytorch-mobile, executorch and onnx quantizers here offer it, so they refuse it.
+- ``w8`` (int8 weights, float activations and float arithmetic) is weight-only quantization; a backend
+  whose ``QuantizationSupport`` does not list the scheme refuses it.
 
 Everything here is plain pydantic, importable without torch; the profile loader checks each
 variant against its backend's ``QuantizationSupport`` (``profile/checks.py``) before any model is loaded.

@@ -8,7 +8,7 @@ with an empty device.
 Columns added after the first ones go at the end: ``task``, ``accuracy_output`` (the output the
 accuracy columns are of), ``output_mismatch``, and one column per task metric (``map50_vs_float``,
 ``miou_vs_float``, ``cosine_mean``, ...; empty where the build's task has no such metric, or it is
-null: ``not_measured`` then says why), ``lowering_seconds`` (how long lowering took: an AOTInductor
+null: ``not_measured`` then says why), ``lowering_seconds`` (how long lowering took: an ahead-of-time
 compile, a quantization; for an artifact reused from the stage cache, the lowering build's) and
 ``lowering_reused``. A metric this edgeship does not list gets a column after those.
 

@@ -138,7 +138,7 @@ def output_types(captured: Captured) -> list[ct.TensorType]:
     import numpy as np
 
     values = [value for _, value in outputs.flatten(captured.float_output())]
-    return [ct.TensorType(name=outputs.onnx_name(name), dtype=np.float32 if value.is_floating_point() else None)
+    return [ct.TensorType(name=outputs.graph_name(name), dtype=np.float32 if value.is_floating_point() else None)
             for name, value in zip(captured.output_names(), values)]
 
 

@@ -20,6 +20,13 @@ class CoremlSpec(BackendSpec):
     suffix = ".mlpackage"
     runtime = "coreml"
     toolchain = ("coremltools",)
+    unsupported_op_patterns = (
+        r"convert function for op [`'](?P<op>\w+)[`']",
+        r"(?:lowering for Torch|converting) [`'](?P<op>\w+)[`'] op",
+        # the converter of one torch op failed inside (its traceback: convert_single_node, then the op's function)
+        r'in convert_single_node\n(?:(?!\s*File ).*\n)*'
+        r'\s*File "[^"]*frontend/torch/ops\.py", line \d+, in _?(?P<op>\w+)',
+    )
     device_modules = ("device",)
     capture_methods = ("export", "trace")
     bundle_platforms = ("ios",)

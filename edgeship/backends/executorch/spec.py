@@ -26,6 +26,7 @@ class ExecutorchSpec(BackendSpec):
     suffix = ".pte"
     runtime = "executorch"
     toolchain = ("executorch", "torchao")
+    unsupported_op_patterns = (r"Missing out variants: \{'(?P<ns>\w+)::(?P<op>\w+)",)  # to_executorch's check
     device_modules = ("device",)
     capture_methods = ("export",)
     bundle_platforms = ("android", "ios")

@@ -186,7 +186,7 @@ def forget_pending_unbacked_symbols(program: torch.export.ExportedProgram) -> No
 def onnx_output_names(captured: Captured) -> list[str]:
     """The float model's output names as an ONNX graph carries them (``output``; ``output0``, ...;
     a dict's keys), from its output on the example inputs."""
-    return [outputs.onnx_name(n) for n in captured.output_names()]
+    return [outputs.graph_name(n) for n in captured.output_names()]
 
 
 def name_dims(path: Path, names: dict[str, dict[int, str]]) -> None:

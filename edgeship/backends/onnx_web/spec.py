@@ -24,6 +24,7 @@ class OnnxWebSpec(BackendSpec):
     suffix = ".onnx"
     runtime = "onnxruntime-web"
     toolchain = ("onnx", "onnxscript")
+    unsupported_op_patterns = OnnxSpec.unsupported_op_patterns  # the same exporters
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("web",)
     precisions = ("fp32", "fp16", "int8")
@@ -38,6 +39,13 @@ class OnnxWebSpec(BackendSpec):
         reduce_range: bool = Field(
             False, description="int8 static: 7-bit weights. Off: the wasm SIMD int8 kernels widen to 16 bits "
                                "before they add, so 8-bit weights do not saturate there.")
+
+    @classmethod
+    def toolchain_others(cls) -> dict[str, str]:
+        from edgeship.webfiles import ort_web_version
+
+        version = ort_web_version()
+        return {"onnxruntime-web": version} if version else {}
 
     @classmethod
     def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from edgeship.backends.onnx.spec import OnnxSpec
 from edgeship.backends.spec import BackendSpec
 from edgeship.config import StrictModel
 from edgeship.quantize.settings import QuantizationSupport
@@ -25,6 +26,7 @@ class TensorrtSpec(BackendSpec):
     suffix = ".onnx"
     runtime = "tensorrt"
     toolchain = ("onnx", "onnxscript", "tensorrt")
+    unsupported_op_patterns = OnnxSpec.unsupported_op_patterns  # its model is torch's ONNX export
     device_modules = ("device", "engine")  # engine.py (tensorrt_engine.py there) builds engines
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("jetson",)
