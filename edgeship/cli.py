@@ -296,9 +296,9 @@ def quiet_libraries() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if not args.debug:
-        quiet_libraries()
     try:
+        if not args.debug:
+            quiet_libraries()  # reads the backends' registry: a bad EDGESHIP_BACKENDS_PATH exits 2 here
         with stopping.installed():
             return COMMANDS[args.command](args)
     except GateFailure as e:

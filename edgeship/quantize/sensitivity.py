@@ -241,7 +241,7 @@ def sensitivity_and_fallback(wanted: bool, keep_float: int | str, data: Dataset,
     own = own_contribution(one_layer, sample, size, [s.layer for s in layers])
     report = sensitivity_summary(layers, own, folder, len(sample))
     ranking = [s.layer for s in ranked(layers, own)]
-    if keep_float != "auto":
+    if isinstance(keep_float, int):  # else "auto" (the settings allow no other string)
         return report, ranking[:keep_float]
     if auto is None or auto.budget is None:
         raise LoweringError("keep_float = \"auto\" needs the variant's accuracy gates; this quantizer was called "
