@@ -140,8 +140,6 @@ NAMING_A_BACKEND = {
     "bundle/cpp/main.cpp",
     "bundle/cpp_shared/edgeship_common.hpp",
     "bundle/linux.py",
-    "bundle/templates/ModelLoader.kt.j2",
-    "bundle/templates/ModelLoader.swift.j2",
     "bundle/templates/README.md.j2",
     "bundle/web/edgeship-model.js",
     "bundle/x86_app/README.md.j2",
