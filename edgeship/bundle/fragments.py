@@ -8,16 +8,12 @@ so its file may end in a newline.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgeship.backends.registry import SPECS, package_folder
 
 if TYPE_CHECKING:
     import jinja2
-
-# The x86 bundle's own texts (its README section beside RUNNING.md's template), by "x86_app/<file>".
-X86_APP = Path(__file__).resolve().parent / "x86_app"
 
 
 def fragment(slot: str, backend: str) -> str:
@@ -38,13 +34,13 @@ def fragments(slot: str, backends: Iterable[str]) -> list[str]:
 
 
 def environment(finalize: Callable[[object], object] | None = None) -> jinja2.Environment:
-    """The Jinja environment of the shared templates, the backends' fragments and the x86 texts, with
+    """The Jinja environment of the shared templates and the backends' fragments, with
     ``fragment`` and ``fragments`` as globals. ``finalize``: what every value goes through."""
     import jinja2
 
     backends = {name: jinja2.FileSystemLoader(package_folder(name)) for name in SPECS if SPECS[name].bundle_templates}
     loader = jinja2.ChoiceLoader([jinja2.PackageLoader("edgeship.bundle", "templates"),
-                                  jinja2.PrefixLoader({**backends, "x86_app": jinja2.FileSystemLoader(X86_APP)})])
+                                  jinja2.PrefixLoader(backends)])
     env = jinja2.Environment(loader=loader, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined, autoescape=False, finalize=finalize)
     env.globals.update(fragment=fragment, fragments=fragments)
