@@ -4,9 +4,10 @@ A declaration (a ``BackendSpec`` subclass) names the backend, its file suffix, t
 device runner uses for it, the capture methods it lowers from, its precisions, its own int8
 quantizer (``QuantizationSupport``) and its ``Options`` model, and answers the hooks shared code
 asks instead of branching on backend names (``reads_cpus``/``cpu_dependence``: what of the target
-CPUs its artifact is made from). Declaring the class registers it in ``SPECS``
-(``__init_subclass__``); ``backends/registry.py`` imports every backend's declaration, so read
-``SPECS`` from there. Nothing here imports an SDK, the pipeline or a backend.
+CPUs its artifact is made from; ``bundle_programs``/``bundle_templates``: what it adds to app
+bundles). Declaring the class registers it in ``SPECS`` (``__init_subclass__``);
+``backends/registry.py`` imports every backend's declaration, so read ``SPECS`` from there.
+Nothing here imports an SDK, the pipeline or a backend.
 """
 from __future__ import annotations
 
@@ -62,6 +63,12 @@ class BackendSpec:
     # How its converter names an operator it cannot take (regular expressions with groups ``op`` and
     # optionally ``ns``), tried before the shared ones (errors.UNSUPPORTED_OP) on a lowering failure.
     unsupported_op_patterns: ClassVar[tuple[str, ...]] = ()
+    # What this backend writes into the bundle's shared templates (bundle/fragments.py): slot -> path of a
+    # Jinja template inside this backend's package folder, rendered with the shared template's context.
+    # "ModelLoader.kt" and "ModelLoader.swift": one artifact's load and run functions (``a``: the
+    # artifact); "ModelLoader.swift:imports": what the Swift snippet imports when the bundle holds its
+    # artifacts; "README.md:<platform>[-<part>]": its part of the README's "Using it" for a platform.
+    bundle_templates: ClassVar[dict[str, str]] = {}
 
     class Options(StrictModel):
         """No options."""

@@ -46,7 +46,7 @@ READ_ERRORS = (zipfile.BadZipFile, zlib.error, OSError, EOFError)
 
 # What a bundle may hold; checked on the zip's directory before reading and on the bytes as read.
 # Module constants, so a program (or a test) can change them. Real artifacts compress about
-# 1.1:1 (.pte, .ptl) to 2:1 (int8 .onnx), text files up to ~10:1; a run of zeros ~1000:1.
+# 1.1:1 (mobile programs) to 2:1 (int8 weights), text files up to ~10:1; a run of zeros ~1000:1.
 MAX_ENTRIES = 10_000
 MAX_MEMBER_BYTES = 8 << 30        # one file: on-device LLM programs reach a few GiB (ZIP64 is written from 4 GiB)
 MAX_TOTAL_BYTES = 32 << 30        # every file together

@@ -1,9 +1,9 @@
-"""The linux bundle's C++ application, under ``cpp/``: ``edgeship_run`` (main.cpp), which loads an
-AOTInductor ``.pt2`` with ``torch::inductor::AOTIModelPackageLoader`` (after checking the CPU flags
-the package records) or a TorchScript ``.pt`` with ``torch::jit::load``, runs it on ``.npy`` inputs,
-times it and writes its outputs and ``timings.json``; CMakeLists.txt, which builds it against a
-LibTorch; a README with the commands for this bundle's models; and, when the build's evaluation
-data can be read, one sample per input as ``.npy`` (``cpp/samples/``) to run it on.
+"""The linux bundle's C++ application, under ``cpp/``: ``edgeship_run`` (main.cpp), which loads a
+model of the backends the linux platform takes with LibTorch (a ``.pt2`` package after checking the
+CPU flags it records, or a ``.pt``), runs it on ``.npy`` inputs, times it and writes its outputs and
+``timings.json``; CMakeLists.txt, which builds it against a LibTorch; a README with the commands
+for this bundle's models; and, when the build's evaluation data can be read, one sample per input
+as ``.npy`` (``cpp/samples/``) to run it on.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The loading snippets (Kotlin for android, Swift for ios) and the README of a bundle.
 
-Snippets call the runtimes' own APIs (the templates under ``templates/`` say which). Input names,
+Snippets call the runtimes' own APIs: each artifact's functions come from its backend's fragment
+(``bundle_templates``, fragments.py) in the shared template under ``templates/``. Input names,
 shapes and element types come from the model spec; what else a runtime's snippet needs (a package's
 own feature names, recorded by lowering) from its backend's ``snippet_facts``.
 """
@@ -8,18 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edgeship import __version__
 from edgeship.backends.registry import BACKENDS
+from edgeship.bundle.fragments import environment
 from edgeship.bundle.metadata import takes_images
 from edgeship.bundle.platforms import Platform
 from edgeship.bundle.selection import Selection
 from edgeship.results import Results, VariantResult
 from edgeship.spec import DecodeSpec, DetectionSpec, ModelSpec
-
-if TYPE_CHECKING:
-    import jinja2
 
 # What every value rendered into a snippet goes through (numbers and lists pass as they are).
 Escape = Callable[[object], object]
@@ -42,10 +41,10 @@ def snippet(platform: Platform, meta: dict[str, Any], spec: ModelSpec, sel: Sele
                "kotlin_from_blob": KOTLIN[i.dtype][1], "swift_type": SWIFT[i.dtype]}
               for i in spec.inputs]
     artifacts = [_artifact(platform, a, spec) for a in meta["artifacts"]]
-    backends = {a["backend"]: True for a in artifacts}
-    text = _env(source_escape(name)).get_template(str(platform.snippet)).render(model=meta["model"], inputs=inputs,
-                                                             artifacts=artifacts, backends=backends,
-                                                             decoder=_host_decoder(spec))
+    backends = [a["backend"] for a in artifacts]
+    text = environment(source_escape(name)).get_template(str(platform.snippet)).render(
+        model=meta["model"], inputs=inputs, artifacts=artifacts, backends=backends,
+        platform_backends=platform.backends, decoder=_host_decoder(spec))
     return name, text
 
 
@@ -71,10 +70,11 @@ def readme(platform: Platform, results: Results, sel: Selection, artifacts: list
     """The bundle's README.md: what is inside, how it measured, how to use it."""
     paths = {a["variant"]: a["path"] for a in artifacts}
     variants = [_summary(row, paths[row.name]) for row, _ in sel.chosen]
-    return _env().get_template("README.md.j2").render(
-        model=results.model.name, platform=platform.name, target=results.target, created=results.created,
-        edgeship_version=__version__, zip_name=zip_name, selection=sel.rule, variants=variants,
-        left_out=sel.left_out, warnings=sel.warnings, inputs=spec.inputs, image=takes_images(spec))
+    return environment().get_template("README.md.j2").render(
+        model=results.model.name, platform=platform.name, platform_backends=platform.backends,
+        target=results.target, created=results.created, edgeship_version=__version__, zip_name=zip_name,
+        selection=sel.rule, variants=variants, left_out=sel.left_out, warnings=sel.warnings, inputs=spec.inputs,
+        image=takes_images(spec))
 
 
 def _summary(row: VariantResult, path: str) -> dict[str, str]:
@@ -88,18 +88,10 @@ def _summary(row: VariantResult, path: str) -> dict[str, str]:
             "top1": top1, "sqnr": sqnr, "p50": p50 or "not measured", "gates": gates}
 
 
-def _env(finalize: Escape | None = None) -> jinja2.Environment:
-    import jinja2
-
-    return jinja2.Environment(loader=jinja2.PackageLoader("edgeship.bundle", "templates"), trim_blocks=True,
-                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
-                              autoescape=False, finalize=finalize)
-
-
 def source_escape(file_name: str) -> Escape:
     """What every value rendered into a snippet goes through, for the snippet's language: safe in a
-    string literal and in a comment alike (values come from results.json and from the model: its
-    Core ML feature names, toolchain strings, asset paths)."""
+    string literal and in a comment alike (values come from results.json and from the model: a
+    package's own feature names, toolchain strings, asset paths)."""
     return kotlin_text if file_name.endswith(".kt") else swift_text
 
 

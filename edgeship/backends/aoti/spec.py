@@ -32,6 +32,8 @@ class AotiSpec(BackendSpec):
     device_modules = ("device", "build")  # build.py (aoti_build.py there) compiles exported programs
     capture_methods = ("export",)
     bundle_platforms = ("linux",)
+    bundle_templates = {"README.md:linux-loads": "app/README.linux-loads.md.j2",
+                        "README.md:linux-cpu": "app/README.linux-cpu.md.j2"}
     precisions = ("fp32", "int8")
     dynamic_shapes = None  # torch.export's ranges are compiled in; lowering runs min, opt and max
 

@@ -30,6 +30,9 @@ class CoremlSpec(BackendSpec):
     device_modules = ("device",)
     capture_methods = ("export", "trace")
     bundle_platforms = ("ios",)
+    bundle_templates = {"ModelLoader.swift": "app/ModelLoader.swift.j2",
+                        "ModelLoader.swift:imports": "app/ModelLoader.imports.swift.j2",
+                        "README.md:ios-files": "app/README.ios-files.md.j2"}
     precisions = ("fp16", "fp32", "w8", "int8")
     dynamic_shapes = None  # ct.RangeDim per dynamic dimension
 

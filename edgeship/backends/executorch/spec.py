@@ -30,6 +30,12 @@ class ExecutorchSpec(BackendSpec):
     device_modules = ("device",)
     capture_methods = ("export",)
     bundle_platforms = ("android", "ios")
+    bundle_templates = {"ModelLoader.kt": "app/ModelLoader.kt.j2",
+                        "ModelLoader.kt:runtime": "app/ModelLoader.runtime.kt.j2",
+                        "ModelLoader.swift": "app/ModelLoader.swift.j2",
+                        "ModelLoader.swift:imports": "app/ModelLoader.imports.swift.j2",
+                        "README.md:android-runtime": "app/README.android-runtime.md.j2",
+                        "README.md:ios-steps": "app/README.ios-steps.md.j2"}
     precisions = ("fp32", "fp16", "int8")
     quantization = EXECUTORCH_QUANTIZATION
     dynamic_shapes = None  # upper-bounded: memory is planned for the max sizes

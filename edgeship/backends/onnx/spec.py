@@ -30,6 +30,7 @@ class OnnxSpec(BackendSpec):
     bundle_platforms = ("jetson", "x86")
     # run_onnxruntime.py (numpy and onnxruntime): loads a model, runs it on .npy inputs, prints and times it.
     bundle_programs = {"x86": {"python/run_onnxruntime.py": "app/run_onnxruntime.py"}}
+    bundle_templates = {"README.md:jetson-runs": "app/README.jetson-runs.md.j2"}
     precisions = ("fp32", "int8")
     quantization = ONNX_QUANTIZATION
     dynamic_shapes = None  # free dimensions named by the spec's groups

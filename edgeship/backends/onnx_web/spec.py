@@ -27,6 +27,7 @@ class OnnxWebSpec(BackendSpec):
     unsupported_op_patterns = OnnxSpec.unsupported_op_patterns  # the same exporters
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("web",)
+    bundle_templates = {"README.md:web": "app/README.web.md.j2"}
     precisions = ("fp32", "fp16", "int8")
     quantization = ONNX_QUANTIZATION
     dynamic_shapes = None  # the same free dimensions as the onnx backend; wasm sessions take any size

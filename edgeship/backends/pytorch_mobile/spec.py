@@ -24,6 +24,9 @@ class PytorchMobileSpec(BackendSpec):
     device_modules = ("device",)
     capture_methods = ("trace", "script")
     bundle_platforms = ("android",)
+    bundle_templates = {"ModelLoader.kt": "app/ModelLoader.kt.j2",
+                        "ModelLoader.kt:runtime": "app/ModelLoader.runtime.kt.j2",
+                        "README.md:android-runtime": "app/README.android-runtime.md.j2"}
     precisions = ("fp32", "int8")
     quantization = MOBILE_QUANTIZATION
     dynamic_shapes = None  # TorchScript keeps sizes symbolic where the code does; lowering runs min, opt and max

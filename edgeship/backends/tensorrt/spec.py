@@ -30,6 +30,7 @@ class TensorrtSpec(BackendSpec):
     device_modules = ("device", "engine")  # engine.py (tensorrt_engine.py there) builds engines
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("jetson",)
+    bundle_templates = {"README.md:jetson-runs": "app/README.jetson-runs.md.j2"}
     precisions = ("fp32", "fp16", "int8")
     quantization = TENSORRT_QUANTIZATION
     dynamic_shapes = None  # one optimization profile: min, opt and max shapes

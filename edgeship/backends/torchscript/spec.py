@@ -17,6 +17,8 @@ class TorchscriptSpec(BackendSpec):
     device_modules = ("device",)
     capture_methods = ("trace", "script")
     bundle_platforms = ("linux",)
+    bundle_templates = {"README.md:linux-loads": "app/README.linux-loads.md.j2",
+                        "README.md:linux-cpu": "app/README.linux-cpu.md.j2"}
     precisions = ("fp32",)
     dynamic_shapes = None  # TorchScript keeps sizes symbolic where the code does; lowering runs min, opt and max
 
