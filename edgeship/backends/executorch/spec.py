@@ -27,6 +27,8 @@ class ExecutorchSpec(BackendSpec):
     runtime = "executorch"
     toolchain = ("executorch", "torchao")
     device_modules = ("device",)
+    native_program = "executor_runner"  # native.py
+    runs_in_arm_root = True
     capture_methods = ("export",)
     bundle_platforms = ("android", "ios")
     precisions = ("fp32", "fp16", "int8")
