@@ -23,6 +23,7 @@ class OnnxSpec(BackendSpec):
     runtime = "onnxruntime"
     toolchain = ("onnx", "onnxruntime", "onnxscript")
     device_modules = ("device",)
+    runs_in_arm_root = True
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("jetson", "x86")
     # run_onnxruntime.py (numpy and onnxruntime): loads a model, runs it on .npy inputs, prints and times it.

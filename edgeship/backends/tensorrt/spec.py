@@ -26,6 +26,7 @@ class TensorrtSpec(BackendSpec):
     runtime = "tensorrt"
     toolchain = ("onnx", "onnxscript", "tensorrt")
     device_modules = ("device", "engine")  # engine.py (tensorrt_engine.py there) builds engines
+    runs_in_arm_root = True  # its ONNX, by the ONNX Runtime proxy, as on any device without TensorRT
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("jetson",)
     precisions = ("fp32", "fp16", "int8")
