@@ -142,11 +142,6 @@ NAMING_A_BACKEND = {
     "bundle/web/edgeship-model.js",
     "bundle/x86_app/README.md.j2",
     "devices/armroot.py",
-    "devices/browser.py",
-    "devices/config.py",
-    "devices/cpu.py",
-    "devices/native.py",
-    "devices/qemu.py",
 }
 
 

@@ -56,6 +56,13 @@ class BackendSpec:
     # Runner classes (standard library, numpy and its runtime only; the runner finds every
     # *_device.py beside it), others are companions they import (runner.companion).
     device_modules: ClassVar[tuple[str, ...]] = ()
+    # The native benchmark program that times its artifacts on a device without Python (Android, over
+    # adb), by the program's name; its ``native.py`` holds the class that writes the program's command
+    # line and reads its output (a ``devices.native.NativeProgram``). None: no such program.
+    native_program: ClassVar[str | None] = None
+    # Whether its runner runs in the emulated aarch64 root (devices/armroot.py installs the aarch64
+    # wheels of its runtime, or of the runtime its device module falls back to there).
+    runs_in_arm_root: ClassVar[bool] = False
     # The programs a platform's bundle ships for this backend's artifacts: platform -> {path in the
     # bundle: path of the file inside this backend's package folder}. A program under ``cpp/`` gets
     # the bundle's shared C++ header beside it.

@@ -2,9 +2,10 @@
 
 Android has no Python, so the runner does not run there: each runtime's native benchmark program
 (named per runtime under ``programs`` in devices.toml, already on the device) times the artifact,
-and :mod:`edgeship.devices.native` reads its output. Those programs return timings but no outputs
-edgeship can compare, so accuracy is not measured on an adb device (the notes say why); the
-build's accuracy comes from a device that runs the runner.
+and that program's class (``devices.native.PROGRAMS``: the backend's ``native.py``) reads its
+output. Those programs return timings but no outputs edgeship can compare, so accuracy is not
+measured on an adb device (the notes say why); the build's accuracy comes from a device that runs
+the runner.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from edgeship.devices.base import (
     checked_result,
     pid_then_exec,
 )
-from edgeship.devices.native import PROGRAMS, ExecutorRunner, NativeTimings, SpeedBenchmarkTorch
+from edgeship.devices.native import PROGRAMS, NativeProgram, NativeTimings
 from edgeship.devices.protocol import result_document
 from edgeship.errors import one_of
 
@@ -108,8 +109,7 @@ class AdbDevice(RemoteDevice):
         report.facts["python"] = "none: adb devices run the native benchmark programs named in programs"
         return report
 
-    def _run_program(self, spec: ExecutorRunner | SpeedBenchmarkTorch, command: list[str], job: Job,
-                     pid_file: str) -> str:
+    def _run_program(self, spec: NativeProgram, command: list[str], job: Job, pid_file: str) -> str:
         """The program's output; its shell writes its pid to ``pid_file`` first (for ``cancel``)."""
         if spec.logcat_tag:  # ET_LOG goes to logcat on Android: start from an empty log
             self._adb(["logcat", "-c"], self.config.connect_timeout_s, "logcat")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import numpy as np
 
+from edgeship.backends.registry import SPECS, BackendSpec
 from edgeship.devices.base import (
     WEB_RUNTIME,
     Device,
@@ -127,6 +128,11 @@ def missing_setup(executable: str | None = None) -> str | None:
     return None
 
 
+def web_backends() -> dict[str, type[BackendSpec]]:
+    """The backends whose artifacts a browser device runs (their runtime is the page's, WEB_RUNTIME)."""
+    return {name: spec for name, spec in SPECS.items() if spec.runtime == WEB_RUNTIME}
+
+
 def find_chromium(executable: str | None = None) -> str | None:
     for candidate in ([executable] if executable else CHROMIUM):
         found = candidate if os.path.isabs(candidate) and os.access(candidate, os.X_OK) else shutil.which(candidate)
@@ -139,7 +145,8 @@ class IsolatedHandler(SimpleHTTPRequestHandler):
     """Static files from one folder, with the cross-origin isolation headers; silent."""
 
     extensions_map = {**SimpleHTTPRequestHandler.extensions_map, ".mjs": "text/javascript",
-                      ".js": "text/javascript", ".wasm": "application/wasm", ".onnx": "application/octet-stream"}
+                      ".js": "text/javascript", ".wasm": "application/wasm",
+                      **{spec.suffix: "application/octet-stream" for spec in web_backends().values()}}
 
     def end_headers(self) -> None:
         for key, value in ISOLATION_HEADERS.items():
@@ -248,7 +255,8 @@ class BrowserDevice(Device):
         if job.is_reference:
             return super().skip_reason(job, host_unavailable)
         if job.runtime != WEB_RUNTIME:
-            return f"a browser device runs only onnxruntime-web artifacts (backend onnx-web), not {job.runtime}"
+            return (f"a browser device runs only {WEB_RUNTIME} artifacts (backend {', '.join(web_backends())}), "
+                    f"not {job.runtime}")
         return missing_setup(self.config.executable)
 
     def describe(self) -> str:
@@ -423,8 +431,9 @@ class PageSession:
         for name in ORT_FILES:
             _link_or_copy(dist / name, site / "ort" / name)
         check_sha256(str(job.artifact), job.sha256)
-        _link_or_copy(job.artifact, site / "model.onnx")
-        # weights the exporter wrote beside the model (ONNX external data), served under the name
+        model = "model" + os.path.splitext(str(job.artifact))[1]  # the artifact's suffix
+        _link_or_copy(job.artifact, site / model)
+        # weights the exporter wrote beside the model (external data), served under the name
         # the model refers to them by
         external = [p.name for p in job.artifact.parent.glob(f"{job.artifact.name}.data")]
         for name in external:
@@ -442,7 +451,7 @@ class PageSession:
                 files[-1].append(f"inputs/{path.name}")
         inputs: list[PageInput] = [{"name": name, "dtype": _dtype(a), "shape": list(a.shape)}
                   for name, a in zip(job.input_names, data[0])]
-        return {"artifact": "model.onnx", "external_data": external, "inputs": inputs, "batches": files,
+        return {"artifact": model, "external_data": external, "inputs": inputs, "batches": files,
                 "options": job.options}
 
 

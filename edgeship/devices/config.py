@@ -31,6 +31,7 @@ from edgeship.config import (
     render_loc,
 )
 from edgeship.devices.base import Device
+from edgeship.devices.native import declared_programs
 from edgeship.errors import DeviceError, did_you_mean, one_of
 
 if TYPE_CHECKING:
@@ -122,17 +123,16 @@ class AdbConfig(RemoteSettings):
     workdir: str = Field("/data/local/tmp/edgeship", description="Absolute folder on the device for job files.")
     programs: dict[str, str] = Field(
         default_factory=dict, description="Runtime -> path on the device of its benchmark program: "
-                                          "executorch -> executor_runner, pytorch-mobile -> speed_benchmark_torch.")
+                                          f"{', '.join(f'{r} -> {p}' for r, p in declared_programs().items())}.")
 
     @field_validator("programs")
     @classmethod
     def _known_runtimes(cls, value: dict[str, str]) -> dict[str, str]:
-        from edgeship.devices.native import PROGRAMS
-
+        known = declared_programs()
         for runtime in value:
-            if runtime not in PROGRAMS:
+            if runtime not in known:
                 raise ValueError(f"no native benchmark program for runtime {runtime!r}; "
-                                 f"{one_of(PROGRAMS)}{did_you_mean(runtime, PROGRAMS)}")
+                                 f"{one_of(known)}{did_you_mean(runtime, known)}")
         return value
 
     def device(self, name: str) -> Device:

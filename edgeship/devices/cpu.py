@@ -36,8 +36,8 @@ import sys
 
 CPUINFO = "/proc/cpuinfo"
 # x86 flags (Linux's names) that decide int8 and bf16 kernels, and the instruction-set extensions a
-# compiler targeting the CPU may emit (an AOTInductor package built with -march=native needs each of
-# the build CPU's: backends/aoti/cpu.py); the rest of the list is left out.
+# compiler targeting the CPU may emit (code compiled with -march=native needs each of the build CPU's
+# on the CPU that runs it); the rest of the list is left out.
 X86_FLAGS = ("sse4_2", "popcnt", "avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "movbe", "adx", "aes",
              "pclmulqdq", "sha_ni", "gfni", "vaes", "vpclmulqdq", "avx512f", "avx512bw", "avx512cd",
              "avx512dq", "avx512vl", "avx512ifma", "avx512vbmi", "avx512_vbmi2", "avx512_bitalg",

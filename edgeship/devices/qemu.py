@@ -10,8 +10,9 @@ labelled ``emulated`` (``Latency.emulated``) and no report, gate, selection or c
 as a speed. The CPU facts come from the emulated CPU itself: x86, cpu.py reads CPUID when
 ``EDGESHIP_CPU_FACTS=cpuid`` (/proc/cpuinfo under qemu-user is the host's file); aarch64, the
 root's /proc/cpuinfo, written from the emulated CPU's HWCAP when the root was made. On aarch64
-only the runtimes the root has run (ARM_RUNTIMES); an x86 artifact that needs this machine's
-compiled code (an AOTInductor .so, OpenVINO) is skipped with the reason.
+only the runtimes the root has run (``arm_runtimes()``: the backends whose declaration says
+``runs_in_arm_root``); an artifact of another runtime (code compiled for this machine's x86 CPU, a
+runtime without aarch64 wheels in the root) is skipped with the reason.
 
 The device uses this machine's CPU: it shares the host's lock, so the host is never timed while
 an emulated job runs beside it.
@@ -29,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from edgeship.backends.registry import SPECS
 from edgeship.devices import armroot
 from edgeship.devices.base import DeviceReport, Job, JobResult, MeasurementError, device_folder, probe_report
 from edgeship.devices.cpu import SOURCE_ENV
@@ -40,8 +42,11 @@ CPU_SCRIPT = HERE / "cpu.py"
 # What qemu-user prints to stderr on every start for the features TCG leaves out of a CPU model.
 QEMU_WARNING = "warning: TCG doesn't support requested feature"
 INSTALL = "Debian: apt-get install qemu-user"
-# What the aarch64 root runs; tensorrt: its ONNX by the ONNX Runtime proxy, as on any device without TensorRT.
-ARM_RUNTIMES = ("executorch", "onnxruntime", "pytorch-mobile", "torchscript", "tensorrt")
+
+
+def arm_runtimes() -> list[str]:
+    """The runtimes the aarch64 root runs: those of the backends that declare ``runs_in_arm_root``."""
+    return sorted({spec.runtime for spec in SPECS.values() if spec.runs_in_arm_root})
 
 
 class QemuDevice(LocalDevice):
@@ -86,9 +91,9 @@ class QemuDevice(LocalDevice):
         first = super().skip_reason(job, None)
         if first or not self.arm:
             return first or host_unavailable
-        if job.runtime not in ARM_RUNTIMES:
+        if job.runtime not in arm_runtimes():
             return (f"{job.runtime} has no aarch64 runtime on {self.name} (the emulated root has "
-                    f"{', '.join(ARM_RUNTIMES)})")
+                    f"{', '.join(arm_runtimes())})")
         return self.qemu_missing()
 
     def planned(self, job: Job) -> Job:

@@ -12,10 +12,12 @@ import pytest
 import tomllib
 
 from edgeship import api
+from edgeship.backends.registry import SPECS
 from edgeship.devices import armroot
 from edgeship.devices.base import Job
 from edgeship.devices.config import BUILT_IN, QemuConfig, load_devices
 from edgeship.devices.cpu import hwcap_names, parse_cpuinfo
+from edgeship.devices.qemu import arm_runtimes
 from edgeship.errors import DeviceError
 from tests import system
 from tests.conftest import REPO, build_on, shipped_variants_profile
@@ -55,8 +57,16 @@ def test_a_runtime_the_root_does_not_have_is_named_with_the_reason(monkeypatch, 
     device = BUILT_IN[ARM].device(ARM)
     assert device.skip_reason(_job("openvino"), None) == (
         "openvino has no aarch64 runtime on arm64-emulated (the emulated root has executorch, onnxruntime, "
-        "pytorch-mobile, torchscript, tensorrt)")
+        "pytorch-mobile, tensorrt, torchscript)")
     assert device.skip_reason(_job("eager"), None).startswith("the eager float model runs only on the host")
+
+
+def test_the_roots_runtimes_are_those_of_the_backends_declaring_runs_in_arm_root(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv(armroot.ROOT_ENV, str(tmp_path))
+    device = BUILT_IN[ARM].device(ARM)
+    assert arm_runtimes() == sorted({spec.runtime for spec in SPECS.values() if spec.runs_in_arm_root})
+    monkeypatch.setattr(SPECS["openvino"], "runs_in_arm_root", True)
+    assert "openvino" in arm_runtimes() and "no aarch64 runtime" not in str(device.skip_reason(_job("openvino"), None))
 
 
 def test_a_change_of_pins_makes_a_new_root(monkeypatch, tmp_path) -> None:
@@ -132,7 +142,7 @@ def test_the_demos_int8_variants_run_on_aarch64_kernels(tmp_path) -> None:
     openvino = rows["openvino-int8"]
     assert [lat["device"] for lat in openvino["latency"]] == ["host"]
     assert f"{ARM}: not measured here: openvino has no aarch64 runtime on {ARM} (the emulated root has " \
-           "executorch, onnxruntime, pytorch-mobile, torchscript, tensorrt)" in openvino["notes"]
+           "executorch, onnxruntime, pytorch-mobile, tensorrt, torchscript)" in openvino["notes"]
 
 
 @needs_root

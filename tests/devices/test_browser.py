@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from edgeship.backends.registry import SPECS
 from edgeship.devices import Job, LocalDevice
-from edgeship.devices.base import BROWSER_ONLY, MeasurementError, RunnerError
-from edgeship.devices.browser import BrowserDevice
+from edgeship.devices.base import BROWSER_ONLY, WEB_RUNTIME, MeasurementError, RunnerError
+from edgeship.devices.browser import BrowserDevice, IsolatedHandler, web_backends
 from edgeship.devices.config import BUILT_IN, BrowserConfig, load_devices
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import DeviceError
@@ -65,8 +66,14 @@ def test_only_a_browser_runs_onnxruntime_web_and_a_browser_runs_nothing_else(tin
     job = web_job(artifact, inputs)
     assert LocalDevice().skip_reason(job, None) == BROWSER_ONLY
     native = web_job(artifact, inputs, runtime="onnxruntime")
-    assert "runs only onnxruntime-web" in browser().skip_reason(native, None)
+    assert browser().skip_reason(native, None) == ("a browser device runs only onnxruntime-web artifacts "
+                                                   "(backend onnx-web), not onnxruntime")
     assert browser().skip_reason(web_job(artifact, inputs, runtime="eager"), None).startswith("the eager")
+
+
+def test_a_browser_runs_the_backends_whose_runtime_is_the_pages() -> None:
+    assert web_backends() == {name: spec for name, spec in SPECS.items() if spec.runtime == WEB_RUNTIME}
+    assert web_backends() and all(spec.suffix in IsolatedHandler.extensions_map for spec in web_backends().values())
 
 
 def test_a_missing_chromium_is_named_with_how_to_install_it(tiny_onnx, tmp_path: Path) -> None:

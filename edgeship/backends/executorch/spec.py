@@ -28,6 +28,8 @@ class ExecutorchSpec(BackendSpec):
     toolchain = ("executorch", "torchao")
     unsupported_op_patterns = (r"Missing out variants: \{'(?P<ns>\w+)::(?P<op>\w+)",)  # to_executorch's check
     device_modules = ("device",)
+    native_program = "executor_runner"  # native.py
+    runs_in_arm_root = True
     capture_methods = ("export",)
     bundle_platforms = ("android", "ios")
     bundle_templates = {"ModelLoader.kt": "app/ModelLoader.kt.j2",

@@ -26,6 +26,7 @@ class OnnxSpec(BackendSpec):
     unsupported_op_patterns = (r"Exporting the operator '(?P<ns>\w+)::(?P<op>\w+)'",
                                r"No ONNX function found for <OpOverload\(op='(?P<ns>\w+)\.(?P<op>\w+)'")
     device_modules = ("device",)
+    runs_in_arm_root = True
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("jetson", "x86")
     # run_onnxruntime.py (numpy and onnxruntime): loads a model, runs it on .npy inputs, prints and times it.

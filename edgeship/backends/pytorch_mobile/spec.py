@@ -22,6 +22,8 @@ class PytorchMobileSpec(BackendSpec):
     suffix = ".ptl"
     runtime = "pytorch-mobile"
     device_modules = ("device",)
+    native_program = "speed_benchmark_torch"  # native.py
+    runs_in_arm_root = True
     capture_methods = ("trace", "script")
     bundle_platforms = ("android",)
     bundle_templates = {"ModelLoader.kt": "app/ModelLoader.kt.j2",

@@ -28,6 +28,7 @@ class TensorrtSpec(BackendSpec):
     toolchain = ("onnx", "onnxscript", "tensorrt")
     unsupported_op_patterns = OnnxSpec.unsupported_op_patterns  # its model is torch's ONNX export
     device_modules = ("device", "engine")  # engine.py (tensorrt_engine.py there) builds engines
+    runs_in_arm_root = True  # its ONNX, by the ONNX Runtime proxy, as on any device without TensorRT
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("jetson",)
     bundle_templates = {"README.md:jetson-runs": "app/README.jetson-runs.md.j2"}

@@ -15,6 +15,7 @@ class TorchscriptSpec(BackendSpec):
     suffix = ".pt"
     runtime = "torchscript"
     device_modules = ("device",)
+    runs_in_arm_root = True
     capture_methods = ("trace", "script")
     bundle_platforms = ("linux",)
     bundle_templates = {"README.md:linux-loads": "app/README.linux-loads.md.j2",
