@@ -138,8 +138,8 @@ NAMING_A_BACKEND = {
     "bundle/cpp/README.md.j2",
     "bundle/cpp/main.cpp",
     "bundle/cpp_shared/edgeship_common.hpp",
-    "bundle/templates/README.md.j2",
     "bundle/web/edgeship-model.js",
+    "bundle/x86_app/README-using.md.j2",
     "bundle/x86_app/README.md.j2",
     "devices/armroot.py",
 }

@@ -40,6 +40,7 @@ def environment(finalize: Callable[[object], object] | None = None) -> jinja2.En
 
     backends = {name: jinja2.FileSystemLoader(package_folder(name)) for name in SPECS if SPECS[name].bundle_templates}
     loader = jinja2.ChoiceLoader([jinja2.PackageLoader("edgeship.bundle", "templates"),
+                                  jinja2.PrefixLoader({"x86_app": jinja2.PackageLoader("edgeship.bundle", "x86_app")}),
                                   jinja2.PrefixLoader(backends)])
     env = jinja2.Environment(loader=loader, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined, autoescape=False, finalize=finalize)
