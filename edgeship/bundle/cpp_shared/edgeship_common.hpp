@@ -1,5 +1,5 @@
-// What the bundles' C++ programs share (edgeship_run in the linux bundle, edgeship_openvino in the
-// x86 bundle): the exit codes and Failure (a message and the code a program ends with), the command
+// What the bundles' C++ programs share (the linux bundle's edgeship_run, the x86 bundle's program):
+// the exit codes and Failure (a message and the code a program ends with), the command
 // line (Options, parse_args), NpyHeader (the dictionary of a .npy file's header, numpy's format 1.0
 // and 2.0), the median and JSON string quoting. Standard C++ only; each bundle ships this file beside
 // its main.cpp.
