@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import edgeship.backends as package
 from edgeship.backends.spec import SPECS, BackendSpec, TargetCpu, Variant
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 PATH_VARIABLE = "EDGESHIP_BACKENDS_PATH"
 HERE = Path(__file__).resolve().parent
+T = TypeVar("T")
 
 
 def extra_folders() -> list[Path]:
@@ -119,39 +120,46 @@ def device_files() -> dict[str, Path]:
             for name, package_name, module in _device_side()}
 
 
-class Implementations(Mapping[str, "Backend"]):
-    """Backend name -> its implementation, each imported (``<package>.lower``) on first use."""
+class Made(Mapping[str, T]):
+    """Name -> an object made on first use by ``make(name)``, over the names ``names()`` lists: the
+    registry's lazy tables (each backend's implementation, each runtime's native program)."""
 
-    def __init__(self) -> None:
-        self._made: dict[str, Backend] = {}
+    def __init__(self, names: Callable[[], Iterable[str]], make: Callable[[str], T]) -> None:
+        self._names, self._make = names, make
+        self._made: dict[str, T] = {}
 
-    def __getitem__(self, name: str) -> Backend:
+    def __getitem__(self, name: str) -> T:
         if name not in self._made:
-            if name not in PACKAGES:
+            if name not in self._names():
                 raise KeyError(name)
-            self._made[name] = _implementation(name)()
+            self._made[name] = self._make(name)
         return self._made[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(PACKAGES)
+        return iter(list(self._names()))
 
     def __len__(self) -> int:
-        return len(PACKAGES)
+        return len(list(self._names()))
 
 
-def _implementation(name: str) -> type[Backend]:
-    """The class in ``<package>.lower`` that implements backend ``name``'s declaration."""
-    module = importlib.import_module(f"{PACKAGES[name]}.lower")
+def defined_in(name: str, module: str, base: type[T]) -> list[type[T]]:
+    """The classes defined in backend ``name``'s ``<package>.<module>`` that subclass ``base``."""
+    found = importlib.import_module(f"{PACKAGES[name]}.{module}")
+    return [cls for cls in vars(found).values() if isinstance(cls, type) and cls.__module__ == found.__name__
+            and issubclass(cls, base)]
+
+
+def _implementation(name: str) -> Backend:
+    """The class in ``<package>.lower`` that implements backend ``name``'s declaration, made."""
     declared = SPECS[name]
-    found = [cls for cls in vars(module).values() if isinstance(cls, type) and cls.__module__ == module.__name__
-             and issubclass(cls, declared) and callable(getattr(cls, "lower", None))]
+    found = [cls for cls in defined_in(name, "lower", declared) if callable(getattr(cls, "lower", None))]
     if len(found) != 1:
-        raise RuntimeError(f"{module.__name__} must define one class implementing {declared.__name__} and "
+        raise RuntimeError(f"{PACKAGES[name]}.lower must define one class implementing {declared.__name__} and "
                            f"Backend; found {len(found)}")
-    return found[0]
+    return cast("Backend", found[0]())
 
 
-BACKENDS: Mapping[str, Backend] = Implementations()
+BACKENDS: Mapping[str, Backend] = Made(lambda: PACKAGES, _implementation)
 
 
 def depends_on_cpu(variant: Variant) -> bool:
@@ -171,5 +179,6 @@ def cpu_dependence(variant: Variant, cpus: list[TargetCpu] | None) -> dict[str, 
     return spec.cpu_dependence(variant, this_machine() if cpus is None else cpus)
 
 
-__all__ = ["BACKENDS", "PACKAGES", "SPECS", "BackendSpec", "cpu_dependence", "depends_on_cpu", "device_files",
-           "device_modules", "outside_sources", "package_folder", "toolchain", "toolchain_dists", "toolchain_others"]
+__all__ = ["BACKENDS", "PACKAGES", "SPECS", "BackendSpec", "Made", "cpu_dependence", "defined_in", "depends_on_cpu",
+           "device_files", "device_modules", "outside_sources", "package_folder", "toolchain", "toolchain_dists",
+           "toolchain_others"]

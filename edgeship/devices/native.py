@@ -10,13 +10,12 @@ the notes say so.
 """
 from __future__ import annotations
 
-import importlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from edgeship.backends.registry import PACKAGES, SPECS
+from edgeship.backends.registry import PACKAGES, SPECS, Made, defined_in
 from edgeship.devices.base import Job
 
 
@@ -51,39 +50,17 @@ def declared_programs() -> dict[str, str]:
     return {spec.runtime: spec.native_program for spec in SPECS.values() if spec.native_program}
 
 
-class Programs(Mapping[str, NativeProgram]):
-    """Runtime -> its native benchmark program, each imported (``<package>.native``) on first use."""
-
-    def __init__(self) -> None:
-        self._made: dict[str, NativeProgram] = {}
-
-    def __getitem__(self, runtime: str) -> NativeProgram:
-        if runtime not in self._made:
-            self._made[runtime] = _program(runtime)
-        return self._made[runtime]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(declared_programs())
-
-    def __len__(self) -> int:
-        return len(declared_programs())
-
-
 def _program(runtime: str) -> NativeProgram:
-    """The NativeProgram in the native.py of the backend that declares ``runtime``'s program."""
-    names = [name for name, spec in SPECS.items() if spec.runtime == runtime and spec.native_program]
-    if not names:
-        raise KeyError(runtime)
-    module = importlib.import_module(f"{PACKAGES[names[0]]}.native")
-    found = [cls for cls in vars(module).values() if isinstance(cls, type) and cls.__module__ == module.__name__
-             and issubclass(cls, NativeProgram)]
-    if len(found) != 1 or found[0].program != SPECS[names[0]].native_program:
-        raise RuntimeError(f"{module.__name__} must define one NativeProgram, the program "
-                           f"{SPECS[names[0]].native_program!r}; found {[cls.__name__ for cls in found]}")
+    """The NativeProgram in the native.py of the backend that declares ``runtime``'s program, made."""
+    name = next(name for name, spec in SPECS.items() if spec.runtime == runtime and spec.native_program)
+    found = defined_in(name, "native", NativeProgram)
+    if len(found) != 1 or found[0].program != SPECS[name].native_program:
+        raise RuntimeError(f"{PACKAGES[name]}.native must define one NativeProgram, the program "
+                           f"{SPECS[name].native_program!r}; found {[cls.__name__ for cls in found]}")
     return found[0]()
 
 
-PROGRAMS: Mapping[str, NativeProgram] = Programs()
+PROGRAMS: Mapping[str, NativeProgram] = Made(declared_programs, _program)
 
 
 def last_error(text: str) -> str:
