@@ -178,6 +178,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: (item.get_closest_marker("alone") is None, first_key(item.nodeid)))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """Under ``--dist loadgroup`` every worker must name each test with its group (``nodeid@group``; every
+    test here has one): that suffix is all pytest-xdist schedules by. pytest 9.2 with xdist 3.8 dropped it
+    silently, every test became its own unit and both workers built the shared fixtures (pyproject.toml
+    pins pytest < 9.2). Stop before anything runs instead."""
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    lost = [nodeid for nodeid in ids if nodeid.rfind("@") <= nodeid.rfind("]")]  # as xdist reads a group
+    if lost:
+        import xdist
+
+        pytest.exit(f"pytest {pytest.__version__} with pytest-xdist {xdist.__version__}: {len(lost)} test(s) "
+                    f"reached the scheduler without their xdist_group (e.g. {lost[0]}), so --dist loadgroup would "
+                    "split the groups between workers; use the versions pyproject.toml pins",
+                    returncode=pytest.ExitCode.USAGE_ERROR)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist, the controller makes the folder of the workers' turn locks (tests/scheduling.py);
     the workers it starts inherit its environment. A serial run (a pytest a test starts, too) takes no part."""

@@ -101,3 +101,24 @@ def test_scheduling_keeps_a_file_on_one_worker_and_joins_files_that_share_a_serv
     assert groups["a.py"] == "a.py"
     assert groups["b.py"] == groups["c.py"] == groups["d.py"] == "postgres+sshd"
     assert groups["e.py"] == groups["f.py"] == "two_device_build"
+
+
+def test_loadgroup_keeps_each_file_on_one_worker_in_a_real_xdist_run(tmp_path: Path) -> None:
+    """pytest-xdist schedules by the ``@group`` suffix each worker writes into the node ids; with pytest
+    9.2 and xdist 3.8 it was silently lost and every test went anywhere (shared fixtures were built on both
+    workers). Two files of four tests, two workers: each file on one worker, under its group's name."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    for name in ("a", "b"):
+        (tmp_path / f"test_{name}.py").write_text("".join(f"def test_{i}():\n    pass\n\n" for i in range(4)))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "tests.conftest", "-p", "no:cacheprovider",
+                           "-n", "2", "--dist", "loadgroup"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    workers: dict[str, set[str]] = {}
+    for line in done.stdout.splitlines():
+        if " PASSED " in line:
+            worker, nodeid = line.split()[0].strip("[]"), line.split(" PASSED ")[1].strip()
+            assert nodeid.endswith(f"@{nodeid.split('::')[0]}"), nodeid  # the group: the file's own path
+            workers.setdefault(nodeid.split("::")[0], set()).add(worker)
+    assert sorted(workers) == ["test_a.py", "test_b.py"] and all(len(w) == 1 for w in workers.values()), workers
