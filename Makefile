@@ -60,8 +60,10 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check edgeship tests benchmarks
 
 # On every core (pytest-xdist); tests that share a server or time a device carry an xdist_group and
-# run on one worker. The 15 slowest are listed at the end, then what was not run here and why.
-PYTEST_PARALLEL := -n auto --dist loadgroup --durations=15
+# run on one worker, the longest groups first (tests/scheduling.py FIRST; xdist's own reordering by
+# test count would send a long one-test file last). The 15 slowest are listed at the end, then what was
+# not run here and why.
+PYTEST_PARALLEL := -n auto --dist loadgroup --no-loadscope-reorder --durations=15
 test: $(VENV)/.installed $(WEB)
 	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_PARALLEL)
 
