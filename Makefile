@@ -15,8 +15,11 @@ WEB    := web/node_modules/.installed
 # own, so a newcomer sees why the first run takes minutes. --no-compile: Python writes the bytecode of
 # what is imported when it is first imported (uv's default too); pip compiling all 26,000 files of the
 # venv up front took 84 s of a 194 s setup on a 2-core machine, first imports then cost about 10 s more.
+# Where PYTHONDONTWRITEBYTECODE is set, Python never writes it: every process would compile torch from
+# source again (import torch 5 s instead of 2 s, in each of the suite's ~500 Python processes), so pip
+# compiles up front there.
 TORCH_PINS := $(shell grep -oE '"torch(vision)?==[0-9.]+' pyproject.toml | tr -d '"')
-PIP_INSTALL := $(BIN)/python -m pip install --quiet --no-compile
+PIP_INSTALL := $(BIN)/python -m pip install --quiet $(if $(PYTHONDONTWRITEBYTECODE),,--no-compile)
 $(VENV)/.installed: pyproject.toml
 	@echo "edgeship: one-time setup of $(VENV) (about 7 GB, a few minutes; later runs skip it)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
