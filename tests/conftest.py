@@ -256,6 +256,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         return
     reasons = _skip_reasons(config)
     terminalreporter.section("not run here (tests/system.py)")
+    if not any(terminalreporter.stats.get(k) for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")):
+        terminalreporter.write_line("no test ran")  # stopped before any (or none selected): not "every test ran"
+        return
     for line in system.summary_lines(reasons, system.example_reasons(reasons)):
         terminalreporter.write_line(line)
     failures = system.ci_failures(system.skip_counts(reasons))

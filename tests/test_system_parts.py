@@ -91,6 +91,8 @@ def test_system_strict_run_fails_on_a_skip_ci_installs(tmp_path: Path) -> None:
     assert strict.returncode == 1 and "failing the run, CI installs these parts: chromium (1)" in strict.stdout
     legitimate = run("1", "test_needs_a_gpu", "test_runs")
     assert legitimate.returncode == 0 and "an NVIDIA GPU with TensorRT: 1 test(s)" in legitimate.stdout
+    nothing = run("", "test_no_such_test")  # no test ran: the block must not say that every test ran
+    assert "no test ran" in nothing.stdout and "every test ran" not in nothing.stdout, nothing.stdout
 
 
 def test_scheduling_keeps_a_file_on_one_worker_and_joins_files_that_share_a_server() -> None:
