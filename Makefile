@@ -16,7 +16,7 @@ WEB    := web/node_modules/.installed
 # what is imported when it is first imported (uv's default too); pip compiling all 26,000 files of the
 # venv up front took 84 s of a 194 s setup on a 2-core machine, first imports then cost about 10 s more.
 # Where PYTHONDONTWRITEBYTECODE is set, Python never writes it: every process would compile torch from
-# source again (import torch 5 s instead of 2 s, in each of the suite's ~500 Python processes), so pip
+# source again (import torch 5 s instead of 2 s, in each of the suite's ~450 Python processes), so pip
 # compiles up front there.
 TORCH_PINS := $(shell grep -oE '"torch(vision)?==[0-9.]+' pyproject.toml | tr -d '"')
 PIP_INSTALL := $(BIN)/python -m pip install --quiet $(if $(PYTHONDONTWRITEBYTECODE),,--no-compile)

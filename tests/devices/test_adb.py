@@ -180,29 +180,21 @@ def test_adb_cancel_kills_the_program_running_on_the_device_and_removes_its_fold
         time.sleep(0.05)
     pid_files = list((tmp_path / "device").glob("job-*/runner.pid"))
     assert pid_files, "the program's shell wrote no pid file: cancel() could not find the program"
-    pid = _pid_of(pid_files[0], deadline)
 
     def program() -> bytes:  # the shell writes its pid, then execs the program (a script that execs sleep)
+        pid = pid_files[0].read_text().strip()
         cmdline = Path(f"/proc/{pid}/cmdline")
-        return cmdline.read_bytes().split(b"\0")[0] if cmdline.exists() else b""
+        return cmdline.read_bytes().split(b"\0")[0] if pid and cmdline.exists() else b""
     while program() != b"sleep" and time.monotonic() < deadline:
         time.sleep(0.05)
     assert program() == b"sleep"  # the pid the shell wrote is the program's, exec'ed
+    pid = int(pid_files[0].read_text())
     began = time.monotonic()
     device.cancel()
     worker.join(30)
     assert not worker.is_alive() and time.monotonic() - began < 5
     assert not Path(f"/proc/{pid}").exists() and not any((tmp_path / "device").iterdir())
     assert len(failure) == 1 and isinstance(failure[0], MeasurementError) and "exited" in str(failure[0])
-
-
-def _pid_of(path: Path, deadline: float) -> int:
-    """The pid in a pid file, once the shell has written it whole."""
-    import time
-
-    while not path.read_text().strip() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return int(path.read_text())
 
 
 def _run_catching(device, job_: Job, tmp_path: Path, failure: list[BaseException]) -> None:
