@@ -9,7 +9,7 @@ DEVICE ?=
 
 .DEFAULT_GOAL := build
 WEB    := web/node_modules/.installed
-.PHONY: build setup setup-arm test-deps lint test test-slow test-all matrix bench bench-trained bench-team bench-quick bench-quant bench-cpu-kinds bench-ceiling bench-web-settings bench-web-ceiling zoo clean
+.PHONY: build setup setup-arm test-deps lint test test-slow test-all matrix bench bench-trained bench-team bench-quick bench-quant bench-cpu-kinds bench-ceiling bench-profile bench-web-settings bench-web-ceiling zoo clean
 
 # The sentinel is rebuilt when .venv is missing or pyproject.toml changed. torch comes first, on its
 # own, so a newcomer sees why the first run takes minutes. --no-compile: Python writes the bytecode of
@@ -112,6 +112,11 @@ bench-cpu-kinds: $(VENV)/.installed
 # resnet18's int8 GEMMs at their own shapes: the speed-up over eager no int8 variant can pass here.
 bench-ceiling: $(VENV)/.installed
 	$(BIN)/python benchmarks/ceiling.py
+
+# Where resnet18's int8 time goes (MODEL=resnet18, the default): OpenVINO's per-node profile and
+# ExecuTorch's ETDump (XNNPACK's operators) per layer, beside each layer's GEMM-only time.
+bench-profile: $(VENV)/.installed
+	$(BIN)/python benchmarks/runtime_profile.py $(if $(MODEL),--model $(MODEL))
 
 # The web profile's int8 form (U8S8/S8S8, per-channel/per-tensor) and fp16, measured in Chromium.
 bench-web-settings: $(VENV)/.installed $(WEB)

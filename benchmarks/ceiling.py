@@ -55,9 +55,9 @@ def gemm_shapes(name: str) -> list[dict]:
                 return
             k = module.in_channels * module.kernel_size[0] * module.kernel_size[1]
             m = output.shape[0] * output.shape[2] * output.shape[3]
-            shapes.append({"layer": names[module], "m": m, "k": k, "n": module.out_channels})
+            shapes.append({"layer": names[module], "kind": "conv", "m": m, "k": k, "n": module.out_channels})
         else:
-            shapes.append({"layer": names[module], "m": inputs[0].numel() // module.in_features,
+            shapes.append({"layer": names[module], "kind": "linear", "m": inputs[0].numel() // module.in_features,
                            "k": module.in_features, "n": module.out_features})
 
     names = {m: n for n, m in model.named_modules()}
@@ -88,19 +88,55 @@ def eager_ms(name: str, threads: int) -> float:
     return statistics.median(times)
 
 
-def fbgemm_ms(shapes: list[dict]) -> list[float]:
-    """Each shape's best time (ms) with PyTorch's x86 quantized linear."""
-    return [_time_ms(fbgemm_gemm(s["m"], s["k"], s["n"])) for s in shapes]
+def fbgemm_ms(shapes: list[dict], stat: str = "best") -> list[float]:
+    """Each shape's best (or median: ``stat``) time (ms) with PyTorch's x86 quantized linear."""
+    return [_time_ms(fbgemm_gemm(s["m"], s["k"], s["n"]), stat) for s in shapes]
 
 
-def ort_ms(shapes: list[dict]) -> list[float]:
-    """Each shape's best time (ms) with ONNX Runtime's MatMulInteger."""
-    return [_time_ms(_ort_gemm(s["m"], s["k"], s["n"], "int8")) for s in shapes]
+def ort_ms(shapes: list[dict], stat: str = "best") -> list[float]:
+    """Each shape's best (or median: ``stat``) time (ms) with ONNX Runtime's MatMulInteger."""
+    return [_time_ms(_ort_gemm(s["m"], s["k"], s["n"], "int8"), stat) for s in shapes]
 
 
-def _time_ms(run) -> float:
+def _time_ms(run, stat: str = "best") -> float:
     run()
-    return _best(run, REPEATS) * 1e3
+    if stat == "best":
+        return _best(run, REPEATS) * 1e3
+    times = []
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def layer_gemm_ms(shapes: list[dict], rounds: int, stat: str = "median") -> list[dict]:
+    """Each layer's GEMM-only time (ms): both int8 kernels (fbgemm, ORT's MLAS), each in its own
+    spawned process at its default threads, in ``rounds`` alternating rounds; per layer the faster
+    kernel's ``stat`` (median or best of REPEATS runs), then the median over the rounds and over the
+    layers of the same shape (one GEMM)."""
+    context = multiprocessing.get_context("spawn")
+    jobs = {"fbgemm": fbgemm_ms, "ort": ort_ms}
+    pools = {key: ProcessPoolExecutor(1, mp_context=context) for key in jobs}
+    got: dict[str, list[list[float]]] = {key: [] for key in jobs}
+    try:
+        for _ in range(rounds):
+            for key, fn in jobs.items():
+                got[key].append(pools[key].submit(fn, shapes, stat).result())
+    finally:
+        for pool in pools.values():
+            pool.shutdown()
+    same: dict[tuple, list[int]] = {}   # layers of one shape: one GEMM, its runs pooled
+    for i, s in enumerate(shapes):
+        same.setdefault((s["m"], s["k"], s["n"]), []).append(i)
+    rows = []
+    for s in shapes:
+        pooled = same[s["m"], s["k"], s["n"]]
+        per_kernel = {key: statistics.median(r[j] for r in got[key] for j in pooled) for key in jobs}
+        kernel = min(per_kernel, key=per_kernel.get)
+        rows.append({**s, "fbgemm_ms": per_kernel["fbgemm"], "ort_ms": per_kernel["ort"],
+                     "gemm_ms": per_kernel[kernel], "kernel": kernel})
+    return rows
 
 
 def ceiling(name: str, threads: int, rounds: int) -> dict:
