@@ -139,16 +139,26 @@ def unattributed_ms(wall: list[float], node_times: list[list[float]]) -> float:
     return statistics.median(w - sum(times[i] for times in node_times) for i, w in enumerate(wall))
 
 
-def split_by_kind(nodes: list[dict], unattributed: float) -> dict[str, dict]:
-    """The inference's time by kind of node (each node's median ms, summed by kind) and what no node
-    accounts for ("unattributed", from unattributed_ms), each with its share of their sum."""
+def split_by_kind(nodes: list[dict], unattributed: float, total_ms: float) -> dict[str, dict]:
+    """The inference's median time ``total_ms`` by kind of node (each node's median ms, summed by
+    kind); what no node accounts for ("unattributed", from unattributed_ms); and what lies above the
+    nodes' medians ("stalls": the total less both, the inferences a busy machine slowed, ~0 on a
+    quiet one). Each with its share of the total."""
     ms = {kind: 0.0 for kind in KINDS}
     for node in nodes:
         ms[node["kind"]] += node["ms"]
     ms = {kind: value for kind, value in ms.items() if value > 0}
     ms["unattributed"] = max(0.0, unattributed)
-    total = sum(ms.values())
-    return {kind: {"ms": value, "share": value / total} for kind, value in ms.items()}
+    ms["stalls"] = max(0.0, total_ms - sum(ms.values()))
+    return {kind: {"ms": value, "share": value / total_ms} for kind, value in ms.items()}
+
+
+def outside_gemm(split: dict[str, dict]) -> dict:
+    """The time outside the convolutions and linear layers (pooling, adds, reorders, quantization,
+    other nodes and the unattributed time), as ms and as a share of the inference without stalls."""
+    counted = {kind: v["ms"] for kind, v in split.items() if kind != "stalls"}
+    outside = sum(ms for kind, ms in counted.items() if kind not in GEMM)
+    return {"ms": outside, "share": outside / sum(counted.values())}
 
 
 def achieved(total_ms: float, ops: int, peak_gops: float) -> dict:

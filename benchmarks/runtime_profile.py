@@ -22,7 +22,7 @@ fbgemm and ONNX Runtime's MLAS int8 kernels, the faster one's median. Totals: th
 (without profiling, timed interleaved by harness.py) over its GEMM ops against the machine's int8
 GEMM peak (harness.machine_peaks), and the profiled time split by kind of node.
 
-    python benchmarks/runtime_profile.py [--model resnet18] [--rounds 3] [--iterations 30]
+    python benchmarks/runtime_profile.py [--model resnet18] [--rounds 5] [--iterations 30] [--built FOLDER]
 """
 from __future__ import annotations
 
@@ -196,9 +196,11 @@ def runtime_report(name: str, nodes: list[dict], layers: list[dict], total_ms: f
     matched = pl.match_by_shape(nodes, layers) if name == "openvino" else pl.match_in_order(nodes, layers)
     rows = pl.layer_rows(layers, nodes, matched)
     report = {"profiled_ms": total_ms, "layers": rows, "furthest_from_ceiling": pl.furthest(rows),
-              "split": pl.split_by_kind(nodes, unattributed_ms), "kernels": sorted({n["exec_type"] for n in nodes}),
+              "split": pl.split_by_kind(nodes, unattributed_ms, total_ms),
+              "kernels": sorted({n["exec_type"] for n in nodes}),
               "gemm_layers_ms": sum(r["runtime_ms"] for r in rows),
               "gemm_only_ms": sum(r["gemm_only_ms"] for r in rows)}
+    report["outside_gemm"] = pl.outside_gemm(report["split"])
     report["achieved_profiled"] = pl.achieved(total_ms, ops, peak)
     report["achieved"] = pl.achieved(p50_ms, ops, peak) if p50_ms else None
     return report
@@ -247,7 +249,7 @@ def profile_model(name: str, args: argparse.Namespace, peak: float) -> dict:
     from ceiling import gemm_shapes, layer_gemm_ms
 
     paths = found_int8(args.built) if args.built else build_int8(name)
-    print(f"  built {', '.join(sorted(paths))}", flush=True)
+    print(f"  int8 artifacts: {', '.join(str(p) for p in paths.values())}", flush=True)
     layers = layer_gemm_ms(gemm_shapes(name), args.rounds)
     ops = sum(2 * s["m"] * s["k"] * s["n"] for s in layers)
     runs = profile_rounds(paths, args.rounds, args.iterations)
@@ -292,6 +294,8 @@ def print_runtime(runtime: str, r: dict) -> None:
               f"of the {achieved['peak_int8_gops']:.0f} GOP/s int8 GEMM peak")
     print("  time by kind: " + ", ".join(f"{kind} {v['ms']:.2f} ms ({100 * v['share']:.0f}%)"
                                          for kind, v in r["split"].items()))
+    print(f"  outside convolutions and linear: {r['outside_gemm']['ms']:.2f} ms "
+          f"({100 * r['outside_gemm']['share']:.0f}% of the inference without stalls)")
     for key, label in (("by_ratio", "ratio"), ("by_ms_lost", "ms lost")):
         print(f"  furthest from the GEMM-only time by {label}: " + "; ".join(
             f"{f['layer']} {f['ratio']:.2f}x ({f['ms_lost']:+.3f} ms)" for f in r["furthest_from_ceiling"][key]))
@@ -300,7 +304,7 @@ def print_runtime(runtime: str, r: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of each runtime and of the GEMMs")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of each runtime and of the GEMMs")
     parser.add_argument("--iterations", type=int, default=30, help="profiled inferences per round (after warm-up)")
     parser.add_argument("--built", type=Path, help="the build folder of an earlier run (its int8 artifacts are "
                         "profiled again; no build)")

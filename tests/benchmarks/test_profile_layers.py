@@ -107,10 +107,18 @@ def test_furthest_ranks_by_ratio_and_by_ms_lost_apart():
     assert [f["layer"] for f in far["by_ms_lost"]] == ["layer1.1.conv1", "layer1.0.conv2"]
 
 
-def test_split_by_kind_sums_nodes_by_kind_beside_what_no_node_accounts_for():
-    split = pl.split_by_kind([node("a", "conv", 3.0), node("b", "add", 0.4), node("c", "conv", 0.5)], 0.1)
-    assert split["conv"] == {"ms": 3.5, "share": pytest.approx(0.875)}
+def test_split_by_kind_sums_nodes_by_kind_beside_unattributed_time_and_stalls():
+    nodes = [node("a", "conv", 3.0), node("b", "add", 0.4), node("c", "conv", 0.5)]
+    split = pl.split_by_kind(nodes, 0.1, 5.0)
+    assert split["conv"] == {"ms": 3.5, "share": pytest.approx(0.7)}
     assert split["unattributed"]["ms"] == pytest.approx(0.1) and "pooling" not in split
+    assert split["stalls"]["ms"] == pytest.approx(1.0)
+    assert pl.split_by_kind(nodes, 0.1, 4.0)["stalls"]["ms"] == pytest.approx(0.0)
+
+
+def test_outside_gemm_counts_everything_but_convolutions_linear_layers_and_stalls():
+    split = pl.split_by_kind([node("a", "conv", 3.0), node("b", "add", 0.4), node("c", "linear", 0.5)], 0.1, 5.0)
+    assert pl.outside_gemm(split) == {"ms": pytest.approx(0.5), "share": pytest.approx(0.125)}
 
 
 def test_unattributed_ms_is_taken_inference_by_inference_not_from_the_nodes_medians():
