@@ -232,7 +232,7 @@ def merged(runs: list[dict]) -> dict:
     return out
 
 
-def whole_model_p50(paths: dict[str, Path], rounds: int) -> dict[str, float | None]:
+def whole_model_p50(paths: dict[str, Path], rounds: int) -> dict[str, dict]:
     """Each artifact's p50 without profiling, loaded by its runner, timed interleaved (harness)."""
     from harness import interleaved
 
