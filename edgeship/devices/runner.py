@@ -160,12 +160,6 @@ def runner_class(runtime):
 
 
 def start(cls, path, options, threads):
-    """A loaded ``cls`` runner and its load time in ms (the runtime's imports done first, untimed)."""
-    runner, _, load_ms = started(cls, path, options, threads)
-    return runner, load_ms
-
-
-def started(cls, path, options, threads):
     """A loaded ``cls`` runner, the runtime's import time and the artifact's load time, in ms: the
     imports are timed apart, so load_ms is the artifact's load alone."""
     t0 = time.perf_counter_ns()
@@ -502,7 +496,7 @@ def run(job, base):
     if measured is not None:
         return measured
     memory = MemoryBaseline()  # before the runtime's import: the interpreter, numpy and the inputs are below it
-    runner, import_ms, load_ms = started(cls, artifact, job["options"], job["threads"])
+    runner, import_ms, load_ms = start(cls, artifact, job["options"], job["threads"])
     try:
         iterations = job["iterations"]  # 0: outputs only (a dynamic model at its min or max size)
         warmup = job["warmup"] if iterations else 0

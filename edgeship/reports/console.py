@@ -44,7 +44,7 @@ def results_table(results: Results) -> Table:
 def print_results(results: Results, console: Console | None = None) -> None:
     console = console or Console()
     if not console.is_terminal:
-        console.width = max(console.width, 140)  # a log file or pipe: do not wrap the table
+        console.width = max(console.width, 180)  # a log file or pipe: do not wrap the table
     console.print(results_table(results))
 
 
