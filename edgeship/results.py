@@ -122,8 +122,24 @@ class Latency(ResultModel):
     mean_ms: float | None = None
     std_ms: float | None = None
     cv: float | None = Field(None, description="Coefficient of variation (std / mean) of the timed iterations.")
-    load_ms: float | None = None
-    peak_rss_mb: float | None = Field(None, description="Peak resident memory of the runner process.")
+    load_ms: float | None = Field(
+        None, description="The artifact's load time (session or program load, a compile at load included), after "
+                          "the runtime's import; None when not measured (notes say why).")
+    peak_rss_mb: float | None = Field(
+        None, description="Peak resident memory of the runner process over the whole job: the interpreter, numpy, "
+                          "the inputs and the evaluation pass's outputs included.")
+    import_ms: float | None = Field(
+        None, description="The runtime's import time in the fresh runner process, before the load (cold start is "
+                          "import_ms + load_ms + first_inference_ms); None when not measured (notes say why).")
+    first_inference_ms: float | None = Field(
+        None, description="The first inference after the load, on the first batch, timed on its own: the first "
+                          "warmup run, so the timed iterations are unchanged (with no warmup, the first timed "
+                          "one); None when not measured (notes say why).")
+    rss_over_baseline_mb: float | None = Field(
+        None, description="Peak resident memory of the runner process from just before the runtime's import to the "
+                          "end of the timed runs, above its resident memory then: what the runtime, the loaded "
+                          "artifact and its inferences added (not the interpreter, numpy or the inputs, nor the "
+                          "evaluation pass). MiB. None when not measured (notes say why).")
     measured_at: str | None = None
     node: str | None = Field(
         None, description="Where the measurement ran when it ran through Ray (edgeship matrix on a cluster): the "
@@ -172,6 +188,14 @@ class Latency(ResultModel):
     def timed(self) -> bool:
         """Whether this row's times are the device's own (measured, not emulated)."""
         return self.p50_ms is not None and self.emulated is None
+
+    def unmeasured_why(self, key: str) -> str | None:
+        """Why field ``key`` is null, from the runner's note naming it (``protocol.not_measured``), or None."""
+        for note in self.notes:
+            names, sep, why = note.partition(" not measured: ")
+            if sep and key in names.split(", "):
+                return f"{key} not measured on {self.device}: {why}"
+        return None
 
 
 class Lowering(ResultModel):

@@ -47,10 +47,12 @@ MIGRATION_LOCK = 7243100117  # pg_advisory_xact_lock key: one migrating connecti
 BUILD_COLUMNS = ["build_id", "created", "target", "model"]
 VARIANT_COLUMNS = ["variant", "backend", "precision", "quantization", "artifact_sha256", "size_bytes"]
 LATENCY_COLUMNS = ["device", "runtime", "threads", "warmup", "iterations", "p50_ms", "p90_ms", "p99_ms",
-                   "mean_ms", "std_ms", "cv", "load_ms", "peak_rss_mb", "measured_at", "node", "emulated"]
+                   "mean_ms", "std_ms", "cv", "load_ms", "peak_rss_mb", "measured_at", "node", "emulated",
+                   "import_ms", "first_inference_ms", "rss_over_baseline_mb"]
 ACCURACY_COLUMNS = ["samples", "top1", "top1_drop", "sqnr_db", "agreement", "cosine", "max_abs_err"]
 INT_COLUMNS = {"size_bytes", "threads", "warmup", "iterations", "samples"}
 FLOAT_COLUMNS = {"p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "cv", "load_ms", "peak_rss_mb",
+                 "import_ms", "first_inference_ms", "rss_over_baseline_mb",
                  "top1", "top1_drop", "sqnr_db", "agreement", "cosine", "max_abs_err"}
 
 

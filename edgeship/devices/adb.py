@@ -26,7 +26,7 @@ from edgeship.devices.base import (
     pid_then_exec,
 )
 from edgeship.devices.native import PROGRAMS, NativeProgram, NativeTimings
-from edgeship.devices.protocol import result_document
+from edgeship.devices.protocol import not_measured, result_document
 from edgeship.errors import one_of
 
 CONNECTION_ERRORS = ("device offline", "not found", "no devices", "error: closed", "device unauthorized",
@@ -37,10 +37,15 @@ PROPS = {"os": "ro.build.version.release", "arch": "ro.product.cpu.abi", "model"
 def native_result(job: Job, program: str, timings: NativeTimings) -> dict[str, Any]:
     """The result document of a native benchmark program's run (a runner's, as protocol.py has it):
     its per-run times, or only the mean it printed (``summary_ms``, no percentiles; measure() reads
-    it as is); no outputs."""
+    it as is); no outputs, and no first run or memory (null, with the note saying why)."""
+    unmeasured = ["import_ms", *(["load_ms"] if timings.load_ms is None else []), "first_inference_ms",
+                  "rss_over_baseline_mb"]
     doc = result_document(ok=True, runtime=job.runtime, runtime_version=f"{job.runtime} ({program})",
-                          threads=job.threads, load_ms=timings.load_ms, peak_rss_mb=None, samples=0,
-                          timings_ms=timings.timings_ms or [])
+                          threads=job.threads, import_ms=None, load_ms=timings.load_ms, first_inference_ms=None,
+                          peak_rss_mb=None, rss_over_baseline_mb=None, samples=0,
+                          timings_ms=timings.timings_ms or [],
+                          notes=[not_measured(unmeasured, f"{program} prints no first run apart from the others and "
+                                                          "no memory of its process")])
     if not timings.timings_ms:
         doc["summary_ms"] = {"mean_ms": timings.mean_ms}
     return checked_result(doc, f"the result of {program}")

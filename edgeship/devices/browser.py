@@ -42,7 +42,7 @@ from edgeship.devices.base import (
     RunnerError,
     checked_result,
 )
-from edgeship.devices.protocol import result_document
+from edgeship.devices.protocol import not_measured, result_document
 from edgeship.devices.runner import batches, check_sha256, merge_batches
 from edgeship.webfiles import ORT_FILES, ort_web_package, ort_web_version
 
@@ -103,6 +103,8 @@ class PageOutput(TypedDict):
 
 PAGE = Path(__file__).resolve().parent / "web"
 PAGE_FILES = ("runner.html", "runner.mjs")
+PAGE_UNMEASURED = ("onnxruntime-web loads with the page, before the job, and a page cannot read the resident memory "
+                   "of its browser's processes")
 CHROMIUM = ("/usr/bin/chromium", "chromium", "chromium-browser")
 # Chromium's own network chatter is refused on a closed network; none of it is needed here.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -271,7 +273,7 @@ class BrowserDevice(Device):
             self._session = session
             try:
                 info = session.open()
-                timings = session.time(job.warmup, job.iterations) if job.iterations else []
+                first, timings = session.runs(job.warmup, job.iterations)
                 per_batch = session.outputs()
             finally:
                 self._session = None
@@ -280,7 +282,7 @@ class BrowserDevice(Device):
         if threads and threads > 1 and info["threads"] != threads:
             notes.append(f"asked for {threads} wasm threads, onnxruntime-web ran {info['threads']} "
                          f"(cross-origin isolated: {info['crossOriginIsolated']})")
-        doc = page_result(job, info, timings, session.samples, session.chromium)
+        doc = page_result(job, info, first, timings, session.samples, session.chromium)
         (workdir / "result.json").write_text(json.dumps(doc, indent=1))
         return JobResult(doc, merged, notes)
 
@@ -373,6 +375,17 @@ class PageSession:
     def time(self, warmup: int, iterations: int) -> list[float]:
         return self._call("time", warmup, iterations)
 
+    def runs(self, warmup: int, iterations: int) -> tuple[float | None, list[float]]:
+        """The first run after the load, timed on its own as the first of the ``warmup`` runs (with no
+        warmup: the first timed run), and the ``iterations`` timed runs; (None, []) for none."""
+        if not iterations:
+            return None, []
+        if not warmup:
+            timings = self.time(0, iterations)
+            return timings[0], timings
+        first = self._call("first")
+        return first, self.time(warmup - 1, iterations)
+
     def outputs(self) -> list[list[np.ndarray]]:
         return [[decode(o) for o in outputs] for outputs in self._call("outputs")]
 
@@ -455,12 +468,16 @@ class PageSession:
                 "options": job.options}
 
 
-def page_result(job: Job, info: PageInfo, timings: list[float], samples: int, chromium: str) -> dict[str, Any]:
+def page_result(job: Job, info: PageInfo, first: float | None, timings: list[float], samples: int,
+                chromium: str) -> dict[str, Any]:
     """The result document of a job run in the page (a runner's, as protocol.py has it): ``info`` is
-    what the page said when it loaded the model, ``timings`` its timed runs."""
+    what the page said when it loaded the model, ``first`` its first run after the load, ``timings``
+    its timed runs. The page gives no import time (onnxruntime-web loads with the page) and no memory."""
     doc = result_document(
-        ok=True, runtime=job.runtime, threads=info["threads"], load_ms=info["loadMs"], timings_ms=timings,
-        other_cpu_load=None, peak_rss_mb=None, samples=samples, runtime_version=runtime_label(info, chromium),
+        ok=True, runtime=job.runtime, threads=info["threads"], import_ms=None, load_ms=info["loadMs"],
+        first_inference_ms=first, timings_ms=timings, other_cpu_load=None, peak_rss_mb=None,
+        rss_over_baseline_mb=None, samples=samples, runtime_version=runtime_label(info, chromium),
+        notes=[not_measured(["import_ms", "rss_over_baseline_mb"], PAGE_UNMEASURED)],
         browser={"chromium": chromium, "user_agent": info["userAgent"],
                  "cross_origin_isolated": info["crossOriginIsolated"],
                  "hardware_concurrency": info["hardwareConcurrency"]},

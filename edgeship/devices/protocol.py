@@ -21,7 +21,7 @@ import collections
 import copy
 import difflib
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: import_ms, first_inference_ms and rss_over_baseline_mb
 
 ALWAYS = "always"
 WHEN_OK = "when ok"
@@ -61,14 +61,25 @@ RESULT_FIELDS = (
     Field("threads", ("integer", "null"), WHEN_OK, None, "the threads it ran with; null: unknown"),
     Field("warmup", ("integer",), OPTIONAL, None, "the untimed inferences it ran"),
     Field("iterations", ("integer",), OPTIONAL, None, "the timed inferences it ran"),
+    Field("import_ms", ("number", "null"), WHEN_OK, None,
+          "the runtime's import time, before the load (cold start: import + load + first inference); null: "
+          "not measured"),
     Field("load_ms", ("number", "null"), WHEN_OK, None, "the artifact's load time; null: not measured"),
+    Field("first_inference_ms", ("number", "null"), WHEN_OK, None,
+          "the first inference after the load, on the first batch, timed on its own (the first warmup run; "
+          "with no warmup, the first timed run); null: not measured (notes say why)"),
     Field("timings_ms", ("number[]",), WHEN_OK, None,
           "each timed inference's time; empty: none (outputs only, or summary_ms instead)"),
     Field("summary_ms", ("object",), OPTIONAL, None,
           "latency statistics from an outside tool (trtexec, a native program) instead of timings_ms"),
     Field("other_cpu_load", ("number", "null"), OPTIONAL, None,
           "CPUs' worth of other processes' work while it timed; null: unknown"),
-    Field("peak_rss_mb", ("number", "null"), WHEN_OK, None, "the process's peak resident memory; null: unknown"),
+    Field("peak_rss_mb", ("number", "null"), WHEN_OK, None,
+          "the process's peak resident memory over the whole job (the evaluation pass included); null: unknown"),
+    Field("rss_over_baseline_mb", ("number", "null"), WHEN_OK, None,
+          "the process's peak resident memory from just before the runtime's import to the end of the timed "
+          "runs, above its resident memory then (what the runtime, the loaded artifact and its inferences "
+          "added; the evaluation pass not included); null: not measured (notes say why)"),
     Field("samples", ("integer",), WHEN_OK, None, "the samples whose outputs it wrote (0: no outputs)"),
     Field("outputs", ("string", "null"), OPTIONAL, None, "the outputs .npz it wrote; null: none"),
     Field("notes", ("string[]",), OPTIONAL, None, "what the latency row should say about the run"),
@@ -128,6 +139,12 @@ def result_document(**values):
     doc = {"protocol": PROTOCOL_VERSION}
     doc.update(values)
     return doc
+
+
+def not_measured(names, why):
+    """The note saying why the result fields ``names`` are null: ``"first_inference_ms,
+    rss_over_baseline_mb not measured: why"`` (the host finds a field's reason by its name there)."""
+    return "%s not measured: %s" % (", ".join(names), why)
 
 
 def describe(field):

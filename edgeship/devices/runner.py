@@ -11,8 +11,12 @@ artifact and its sha256, an inputs ``.npz`` (one array per input, N samples), th
 warmup, iterations and threads; its fields, and the result's, are protocol.py's, which the runner
 checks the job against (a job of another protocol version is refused, naming both) and builds the
 result through.
-The runner checks the artifact's sha256 first, times ``iterations`` inferences on the first batch
-after ``warmup`` untimed ones, then runs every batch and writes the outputs ``.npz`` (``out0``,
+The runner checks the artifact's sha256 first, imports the runtime and loads the artifact (each
+timed: ``import_ms``, ``load_ms``), times the first inference on the first batch on its own
+(``first_inference_ms``: the first of the ``warmup`` untimed ones), times ``iterations`` inferences
+on it after the warmup, reads the peak memory the runtime added (``rss_over_baseline_mb``: the peak
+resident memory since just before the runtime's import, above the resident memory then), then runs
+every batch and writes the outputs ``.npz`` (``out0``,
 ``out1``, ... in the model's flattened output order; ``out<i>.<sample>`` for an output whose length
 varies by sample) and a result JSON, which also names the CPU it ran on (``cpu``). Accuracy is
 computed by the host from those outputs.
@@ -156,12 +160,15 @@ def runner_class(runtime):
 
 
 def start(cls, path, options, threads):
-    """A loaded ``cls`` runner and its load time in ms (the runtime's imports done first, untimed)."""
+    """A loaded ``cls`` runner, the runtime's import time and the artifact's load time, in ms: the
+    imports are timed apart, so load_ms is the artifact's load alone."""
+    t0 = time.perf_counter_ns()
     cls.import_runtime()
+    import_ms = (time.perf_counter_ns() - t0) / 1e6
     runner = cls(path, options, threads)
     t0 = time.perf_counter_ns()
     runner.load()
-    return runner, (time.perf_counter_ns() - t0) / 1e6
+    return runner, import_ms, (time.perf_counter_ns() - t0) / 1e6
 
 
 def open_runner(runtime, path, options=None, threads=None):
@@ -226,19 +233,84 @@ def peak_rss_mb():
     On Linux this reads VmHWM: getrusage's ru_maxrss survives exec, so a runner started from a
     large parent would report the parent's peak.
     """
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
+    status = memory_status()
+    if status is not None:
+        return status[1]
     try:
         import resource
     except ImportError:
         return None
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / (1024.0 * 1024.0) if sys.platform == "darwin" else rss / 1024.0
+
+
+STATUS = "/proc/self/status"
+CLEAR_REFS = "/proc/self/clear_refs"
+
+
+def memory_status():
+    """(VmRSS, VmHWM) of this process in MiB, from /proc/self/status (Linux); None elsewhere."""
+    found = {}
+    try:
+        with open(STATUS) as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmHWM:")):
+                    found[line[:5]] = int(line.split()[1]) / 1024.0
+    except (OSError, ValueError):
+        return None
+    if len(found) < 2:
+        return None
+    return found["VmRSS"], found["VmHWM"]
+
+
+def reset_peak():
+    """Reset this process's peak resident memory (VmHWM) to its current resident memory: writing 5
+    to /proc/self/clear_refs (Linux 4.0 and later). Whether it was."""
+    try:
+        with open(CLEAR_REFS, "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class MemoryBaseline:
+    """This process's resident memory before the runtime is imported, and its peak since.
+
+    ``over()`` is the peak resident memory since the baseline above the baseline: what importing the
+    runtime, loading the artifact and running it added, without the interpreter, numpy and the
+    inputs. The kernel's peak (VmHWM) is reset to the current resident memory at the baseline, so the
+    peak read later is the peak since; where it cannot be reset, the peak read later still is when it
+    was not above the resident memory at the baseline. Otherwise, or where the OS does not give
+    the current resident memory, ``over()`` is None and ``why`` says why: never a peak that could
+    be the earlier one's. ``process_peak()`` stays the whole process's peak (peak_rss_mb)."""
+
+    def __init__(self):
+        status = memory_status()
+        self.why = None
+        self.rss = self.peak_before = None
+        if status is None:
+            self.why = "this OS gives no current resident memory (%s): only the whole process's peak" % STATUS
+            return
+        self.rss, self.peak_before = status
+        if not reset_peak() and self.peak_before > self.rss:
+            self.why = ("%s cannot be written to reset the peak, and the process's peak before the runtime was "
+                        "imported (%.1f MiB) is above its resident memory then (%.1f MiB): a later peak cannot be "
+                        "told from that one" % (CLEAR_REFS, self.peak_before, self.rss))
+
+    def over(self):
+        """The peak resident memory since the baseline above it, in MiB, or None (``why`` says why)."""
+        status = None if self.why else memory_status()
+        if status is None:
+            return None
+        return max(0.0, status[1] - self.rss)
+
+    def process_peak(self):
+        """The whole process's peak resident memory in MiB (its peak before the baseline included)."""
+        peak = peak_rss_mb()
+        if peak is None or self.peak_before is None:
+            return peak
+        return max(peak, self.peak_before)
 
 
 def is_stored(info):
@@ -372,6 +444,20 @@ def time_inference(runner, batch, warmup, iterations):
     return timings, other_cpu_load(before, cpu_time_snapshot())
 
 
+def time_runs(runner, batch, warmup, iterations):
+    """The first inference after load timed on its own, then :func:`time_inference`: (first ms,
+    timings, other_cpu_load). The first run is the first of the ``warmup`` ones, so the timed runs
+    are the same as without it; with no warmup it is the first timed run (first ms = timings[0])."""
+    if not warmup:
+        timings, other_load = time_inference(runner, batch, 0, iterations)
+        return (timings[0] if timings else None), timings, other_load
+    t0 = time.perf_counter_ns()
+    runner.infer(batch)
+    first = (time.perf_counter_ns() - t0) / 1e6
+    timings, other_load = time_inference(runner, batch, warmup - 1, iterations)
+    return first, timings, other_load
+
+
 def cpu_time_snapshot():
     """(wall seconds, CPU seconds every process on this machine used, CPU seconds this process used),
     from /proc/stat (Linux); None elsewhere."""
@@ -409,11 +495,13 @@ def run(job, base):
     measured = cls.measured_elsewhere(job, artifact)
     if measured is not None:
         return measured
-    runner, load_ms = start(cls, artifact, job["options"], job["threads"])
+    memory = MemoryBaseline()  # before the runtime's import: the interpreter, numpy and the inputs are below it
+    runner, import_ms, load_ms = start(cls, artifact, job["options"], job["threads"])
     try:
         iterations = job["iterations"]  # 0: outputs only (a dynamic model at its min or max size)
         warmup = job["warmup"] if iterations else 0
-        timings, other_load = time_inference(runner, data[0], warmup, iterations)
+        first_ms, timings, other_load = time_runs(runner, data[0], warmup, iterations)
+        over = memory.over()  # the runtime's peak, before the evaluation pass holds every output
         # own copies: a view of torch's output kept ~50 KB of the runtime's memory alive per batch
         # (1.1 GB over 21,900 batches, measured); the timed runs above are not copied
         outputs = [[np.array(o) for o in runner.infer(b)] for b in data]
@@ -424,12 +512,20 @@ def run(job, base):
     np.savez(resolve(job["outputs"]), **encode_outputs(merged))
     return protocol.result_document(
         ok=True, runtime=job["runtime"], runtime_version=runner.version, threads=threads,
-        warmup=warmup, iterations=iterations, load_ms=load_ms, timings_ms=timings,
-        other_cpu_load=other_load, peak_rss_mb=peak_rss_mb(),
-        samples=n, outputs=job["outputs"], notes=runner.notes,
+        warmup=warmup, iterations=iterations, import_ms=import_ms, load_ms=load_ms, first_inference_ms=first_ms,
+        timings_ms=timings, other_cpu_load=other_load, peak_rss_mb=memory.process_peak(),
+        rss_over_baseline_mb=over if iterations else None, samples=n, outputs=job["outputs"],
+        notes=runner.notes + memory_notes(memory, iterations),
         host={"platform": platform.platform(), "machine": platform.machine(),
               "python": platform.python_version(), "cpus": os.cpu_count()},
     )
+
+
+def memory_notes(memory, iterations):
+    """Why rss_over_baseline_mb is null, as the latency row says it."""
+    if not iterations:
+        return []  # outputs only: nothing timed, and the host's note says so
+    return [] if memory.why is None else [protocol.not_measured(["rss_over_baseline_mb"], memory.why)]
 
 
 def cpu_facts():

@@ -271,8 +271,9 @@ def measure(device: Device, job: Job, settings: LatencySettings, workdir: Path,
     row.runtime = doc.get("runtime_version", job.runtime)
     row.threads = doc.get("threads", job.threads)
     row.warmup, row.iterations = doc.get("warmup", row.warmup), doc.get("iterations", row.iterations)
-    row.load_ms = doc.get("load_ms")
-    row.peak_rss_mb = doc.get("peak_rss_mb")
+    row.import_ms, row.load_ms, row.first_inference_ms = doc.get("import_ms"), doc.get("load_ms"), \
+        doc.get("first_inference_ms")
+    row.peak_rss_mb, row.rss_over_baseline_mb = doc.get("peak_rss_mb"), doc.get("rss_over_baseline_mb")
     row.cpu = CpuFacts.from_document(doc.get("cpu"))
     where = doc.get("ray")  # measured through Ray (edgeship matrix on a cluster): on which node
     row.node = f"{where['hostname']} (Ray node {where['node_id'][:12]})" if where else None

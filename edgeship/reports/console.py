@@ -1,6 +1,7 @@
 """The short table printed at the end of a build: variant, size, the task's headline accuracy
 (top-1 for classification, mAP@0.5 vs float for detection, ...) and, for embeddings, the nearest
-neighbour's recall@1 against float, SQNR, p50 per device."""
+neighbour's recall@1 against float, SQNR, p50 per device, then per device (not emulated) the load
++ first inference and the memory the runtime added."""
 from __future__ import annotations
 
 from rich.console import Console
@@ -25,20 +26,25 @@ def results_table(results: Results) -> Table:
         table.add_column(column, justify="left" if column in ("variant", "backend", "precision") else "right")
     for d in devices:
         table.add_column(f"SQNR dB {d} (emulated)" if d in emulated else f"p50 ms {d}", justify="right")
+    timed = [d for d in devices if d not in emulated]  # an emulator's load and memory are its own
+    for d in timed:
+        table.add_column(f"load + 1st ms {d}", justify="right")
+        table.add_column(f"memory {d}", justify="right")
     table.add_column("gates")
     for v in results.variants:
         cells = _accuracy(v, headline)
         if second:
             cells = (cells[0], _unusable(v.accuracy) or _headline_text(v.accuracy, second), cells[1])
         table.add_row(v.name, v.backend, v.precision, _size(v.size_bytes), *cells,
-                      *[_device_sqnr(v, d) if d in emulated else _p50(v, d) for d in devices], _gates(v))
+                      *[_device_sqnr(v, d) if d in emulated else _p50(v, d) for d in devices],
+                      *[cell for d in timed for cell in (_cold_start(v, d), _memory(v, d))], _gates(v))
     return table
 
 
 def print_results(results: Results, console: Console | None = None) -> None:
     console = console or Console()
     if not console.is_terminal:
-        console.width = max(console.width, 140)  # a log file or pipe: do not wrap the table
+        console.width = max(console.width, 180)  # a log file or pipe: do not wrap the table
     console.print(results_table(results))
 
 
@@ -110,6 +116,23 @@ def _p50(v: VariantResult, device: str) -> str:
     if row is None or row.p50_ms is None:
         return "not measured"
     return f"{row.p50_ms:.3f}"
+
+
+def _cold_start(v: VariantResult, device: str) -> str:
+    """The artifact's load + the first inference after it (``12.3 + 4.5``), ``-`` for a part not measured
+    (report.md says why)."""
+    row = next((lat for lat in v.latency if lat.device == device), None)
+    if row is None or (row.load_ms is None and row.first_inference_ms is None):
+        return "not measured"
+    return " + ".join("-" if t is None else f"{t:.1f}" for t in (row.load_ms, row.first_inference_ms))
+
+
+def _memory(v: VariantResult, device: str) -> str:
+    """The runner's peak resident memory above its memory before the runtime's import."""
+    row = next((lat for lat in v.latency if lat.device == device), None)
+    if row is None or row.rss_over_baseline_mb is None:
+        return "not measured"
+    return f"+{row.rss_over_baseline_mb:.0f} MiB"
 
 
 def _gates(v: VariantResult) -> str:

@@ -9,8 +9,10 @@ Columns added after the first ones go at the end: ``task``, ``accuracy_output`` 
 accuracy columns are of), ``output_mismatch``, and one column per task metric (``map50_vs_float``,
 ``miou_vs_float``, ``cosine_mean``, ...; empty where the build's task has no such metric, or it is
 null: ``not_measured`` then says why), ``lowering_seconds`` (how long lowering took: an ahead-of-time
-compile, a quantization; for an artifact reused from the stage cache, the lowering build's) and
-``lowering_reused``. A metric this edgeship does not list gets a column after those.
+compile, a quantization; for an artifact reused from the stage cache, the lowering build's),
+``lowering_reused``, ``import_ms``, ``first_inference_ms`` and ``rss_over_baseline_mb`` (cold start and
+the runtime's memory: results.json's fields). A metric this edgeship does not list gets a column after
+those.
 
 A text cell that a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a
 tab, a carriage return or a line feed: a device, variant or error text from a shared build folder)
@@ -34,6 +36,8 @@ ACCURACY = ["samples", "top1", "top1_drop", "agreement", "sqnr_db", "cosine", "m
 COLUMNS = BUILD + VARIANT + LATENCY + ["speedup_vs_eager"] + ACCURACY + ["accuracy_informative", "gates_passed",
                                                                          "gate_failures", "not_measured"]
 COLUMNS += ["task", "accuracy_output", "output_mismatch", *TASK_METRICS, "lowering_seconds", "lowering_reused"]
+COLD = ["import_ms", "first_inference_ms", "rss_over_baseline_mb"]  # cold start and the runtime's memory
+COLUMNS += COLD
 
 
 def render_csv(report: Report) -> str:
@@ -73,7 +77,7 @@ def csv_row(report: Report, line: Line, device: str | None) -> dict[str, object]
     row: dict[str, object] = {"build": line.build.label, "target": line.build.results.target,
                            "model": line.build.results.model.name, "created": line.build.results.created}
     row.update({k: getattr(v, k) for k in VARIANT if k != "variant"}, variant=v.name)
-    row.update({k: getattr(lat, k) if lat else None for k in LATENCY}, device=device)
+    row.update({k: getattr(lat, k) if lat else None for k in LATENCY + COLD}, device=device)
     row["speedup_vs_eager"] = _speedup(report, line, lat)
     row["lowering_seconds"] = v.lowering.seconds if not v.is_reference else None
     row["lowering_reused"] = v.lowering.reused if not v.is_reference else None
@@ -108,6 +112,9 @@ def _why(line: Line, device: str | None, lat: Latency | None, acc: Accuracy | No
     reasons = []
     if device is None or lat is None or not lat.timed:
         reasons.append(why_no_latency(line, device) if device else why_no_accuracy(line))
+    else:
+        reasons += [lat.unmeasured_why(k) for k in ["load_ms", *COLD] if getattr(lat, k) is None
+                    and lat.unmeasured_why(k)]
     if lat is not None and lat.output_mismatch:
         reasons.append(why_mismatch(lat))
     elif acc is None and line.variant.error is None:

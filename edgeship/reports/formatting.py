@@ -56,6 +56,50 @@ def latency(line: Line, device: str, key: str = "p50_ms") -> Shown:
     return Shown(ms(value))
 
 
+def mib(value: float) -> str:
+    """Memory above a baseline: ``+38 MiB``, ``+2.4 MiB``."""
+    return f"+{value:.1f} MiB" if value < 10 else f"+{value:.0f} MiB"
+
+
+def cold_start(line: Line, device: str) -> Shown:
+    """The "load" cell: the artifact's load and the first inference after it, ``12.3 + 4.5 ms``; the
+    part not measured says so, with the reason."""
+    lat = line.latency(device)
+    if lat is not None and lat.emulated is not None:
+        return Shown(EMULATED, why_no_latency(line, device))
+    load = lat.load_ms if lat is not None else None
+    first = lat.first_inference_ms if lat is not None else None
+    if load is None and first is None:
+        return Shown(NOT_MEASURED, why_null(line, device, "load_ms"))
+    if first is None:
+        return Shown(f"{ms(load)} ms + {NOT_MEASURED}", why_null(line, device, "first_inference_ms"))
+    if load is None:
+        return Shown(f"{NOT_MEASURED} + {ms(first)} ms", why_null(line, device, "load_ms"))
+    return Shown(f"{ms(load)} + {ms(first)} ms")
+
+
+def memory(line: Line, device: str) -> Shown:
+    """The "memory" cell: the runner's peak resident memory above its memory before the runtime's
+    import (``+38 MiB``); under an emulator the process is the emulator's, so its memory is not shown."""
+    lat = line.latency(device)
+    if lat is not None and lat.emulated is not None:
+        return Shown(EMULATED, f"{device} is emulated ({lat.emulated}): the process measured is the emulator's, "
+                               "its memory includes the emulator's own")
+    if lat is None or lat.rss_over_baseline_mb is None:
+        return Shown(NOT_MEASURED, why_null(line, device, "rss_over_baseline_mb"))
+    return Shown(mib(lat.rss_over_baseline_mb))
+
+
+def why_null(line: Line, device: str, key: str) -> str:
+    """Why the latency row of ``line`` on ``device`` has no ``key``: the runner's note naming it, why the
+    row has no timings, or that it was recorded by an edgeship that did not measure ``key``."""
+    lat = line.latency(device)
+    if lat is None or (lat.p50_ms is None and lat.load_ms is None):
+        return why_no_latency(line, device)
+    return lat.unmeasured_why(key) or (f"results.json has no {key} for {line.variant.name} on {device}: measured "
+                                       "by an edgeship that did not record it")
+
+
 def speedup(report: Report, line: Line, device: str) -> Shown:
     """Eager p50 / this p50, both on ``device`` in the same build (> 1: faster than eager)."""
     if line.variant.is_reference:

@@ -94,6 +94,7 @@ def test_chromium_runs_the_model_as_native_onnx_runtime_does(tiny_onnx, tmp_path
     doc = result.document
     assert doc["ok"] and len(doc["timings_ms"]) == 5 and all(t > 0 for t in doc["timings_ms"])
     assert doc["samples"] == 6 and doc["load_ms"] > 0
+    assert doc["first_inference_ms"] > 0 and doc["import_ms"] is None and doc["rss_over_baseline_mb"] is None
     assert doc["runtime_version"].startswith("onnxruntime-web 1.30.0 wasm (simd, 1 thread), Chromium ")
     x = np.load(inputs)["image"]
     session = ort.InferenceSession(str(artifact), providers=["CPUExecutionProvider"])

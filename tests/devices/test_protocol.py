@@ -13,7 +13,7 @@ import pytest
 from edgeship.devices import Job, LocalDevice
 from edgeship.devices.adb import native_result
 from edgeship.devices.base import RUNNER_FILES, JobResult, RunnerError
-from edgeship.devices.browser import page_result
+from edgeship.devices.browser import PAGE_UNMEASURED, page_result
 from edgeship.devices.hashing import sha256_file
 from edgeship.devices.native import NativeTimings
 from edgeship.devices.protocol import (
@@ -194,6 +194,10 @@ def test_adb_results_follow_the_protocol() -> None:
     mean_only = native_result(job, "executor_runner", NativeTimings(None, 15.0, 8, None))
     assert result_problems(per_run) == [] and result_problems(mean_only) == []
     assert per_run["timings_ms"] == [1.0, 2.5, 2.0] and "summary_ms" not in per_run
+    assert per_run["first_inference_ms"] is None and per_run["rss_over_baseline_mb"] is None
+    assert per_run["notes"] == ["import_ms, first_inference_ms, rss_over_baseline_mb not measured: executor_runner "
+                                "prints no first run apart from the others and no memory of its process"]
+    assert mean_only["notes"][0].startswith("import_ms, load_ms, first_inference_ms, rss_over_baseline_mb not")
     assert mean_only["timings_ms"] == [] and mean_only["summary_ms"] == {"mean_ms": 15.0}
 
 
@@ -202,9 +206,11 @@ def test_browser_results_follow_the_protocol() -> None:
               input_names=["x"], batch=1, warmup=1, iterations=2, threads=None, timeout_s=60)
     info = {"threads": 2, "loadMs": 12.5, "ortVersion": "1.22.0", "userAgent": "Mozilla/5.0 HeadlessChrome",
             "crossOriginIsolated": True, "hardwareConcurrency": 2}  # what the page says (web/runner.mjs)
-    doc = page_result(job, info, [3.0, 4], 5, "140.0.7339.16")
+    doc = page_result(job, info, 9.5, [3.0, 4], 5, "140.0.7339.16")
     assert result_problems(doc) == [] and doc["load_ms"] == 12.5 and doc["samples"] == 5
-    assert result_problems(page_result(job, info, [], 5, "140.0.7339.16")) == []  # outputs only
+    assert doc["first_inference_ms"] == 9.5 and doc["rss_over_baseline_mb"] is None and doc["import_ms"] is None
+    assert doc["notes"] == [f"import_ms, rss_over_baseline_mb not measured: {PAGE_UNMEASURED}"]
+    assert result_problems(page_result(job, info, None, [], 5, "140.0.7339.16")) == []  # outputs only
 
 
 # ---- every key read or written by name, on either side, is a declared field ----
@@ -252,7 +258,8 @@ def test_every_job_key_the_runner_reads_is_declared() -> None:
     ("devices/qemu.py", {"document"}, None, {"cpu"}),
     ("pipeline/validate.py", {"doc"}, {"measure"}, {"runtime_version", "threads", "warmup", "iterations", "load_ms",
                                                     "peak_rss_mb", "cpu", "ray", "notes", "summary_ms", "timings_ms",
-                                                    "other_cpu_load"}),
+                                                    "other_cpu_load", "import_ms", "first_inference_ms",
+                                                    "rss_over_baseline_mb"}),
     ("matrix/raydevice.py", {"document"}, None, {"ray"}),
 ])
 def test_every_result_key_read_or_written_by_name_is_declared(path, names, functions, some) -> None:

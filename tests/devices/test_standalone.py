@@ -117,7 +117,9 @@ def test_device_runner_runs_an_onnx_job_without_edgeship(device_folder, doubling
     assert proc.returncode == 0 and doc["runtime_version"].startswith("onnxruntime ")
     assert len(doc["timings_ms"]) == 3 and doc["samples"] == 5 and doc["threads"] == 1 and doc["notes"] == []
     assert set(doc) == {"protocol", "ok", "runtime", "runtime_version", "threads", "warmup", "iterations", "load_ms",
-                        "timings_ms", "peak_rss_mb", "samples", "outputs", "notes", "host", "cpu", "other_cpu_load"}
+                        "timings_ms", "peak_rss_mb", "samples", "outputs", "notes", "host", "cpu", "other_cpu_load",
+                        "import_ms", "first_inference_ms", "rss_over_baseline_mb"}
+    assert doc["import_ms"] > 0 and doc["first_inference_ms"] > 0 and doc["rss_over_baseline_mb"] > 0
     assert doc["cpu"] == cpu_facts()
     np.testing.assert_allclose(result.outputs[0], 2 * x + 1)
 

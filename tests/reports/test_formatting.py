@@ -102,3 +102,51 @@ def test_non_finite_outputs_and_a_failed_reference_row_are_shown_as_such() -> No
     assert formatting.gates(line(report, "eager")).text == ("FAIL: the float model's outputs contain 5 non-finite "
                                                             "values (NaN or inf)")
 
+
+
+def _with_row(report: Report, name: str, **changes: object) -> tuple[Report, object]:
+    """The report with ``name``'s first latency row changed, and that row's line."""
+    results = report.builds[0].results.model_copy(deep=True)
+    row = results.variant(name).latency[0]
+    for key, value in changes.items():
+        setattr(row, key, value)
+    changed = Report.of([Build("twodev", results, "test")])
+    return changed, line(changed, name)
+
+
+def test_load_and_memory_cells_show_the_rows_own_figures(report: Report) -> None:
+    onnx = line(report, "onnx-fp32")
+    for device in report.devices:
+        lat = onnx.latency(device)
+        assert formatting.cold_start(onnx, device).text == (f"{formatting.ms(lat.load_ms)} + "
+                                                           f"{formatting.ms(lat.first_inference_ms)} ms")
+        assert formatting.memory(onnx, device) == formatting.Shown(formatting.mib(lat.rss_over_baseline_mb))
+    assert formatting.mib(38.4) == "+38 MiB" and formatting.mib(2.44) == "+2.4 MiB"
+
+
+def test_load_and_memory_not_measured_give_the_runners_reason(report: Report) -> None:
+    why = "rss_over_baseline_mb, first_inference_ms not measured: the program prints neither"
+    changed, onnx = _with_row(report, "onnx-fp32", first_inference_ms=None, rss_over_baseline_mb=None, notes=[why])
+    device = onnx.variant.latency[0].device
+    load = formatting.cold_start(onnx, device)
+    assert load.text == f"{formatting.ms(onnx.latency(device).load_ms)} ms + not measured"
+    assert load.why == f"first_inference_ms not measured on {device}: the program prints neither"
+    memory = formatting.memory(onnx, device)
+    assert memory.text == formatting.NOT_MEASURED
+    assert memory.why == f"rss_over_baseline_mb not measured on {device}: the program prints neither"
+
+
+def test_load_and_memory_of_a_row_from_an_older_edgeship_say_it_did_not_record_them(report: Report) -> None:
+    changed, onnx = _with_row(report, "onnx-fp32", load_ms=None, first_inference_ms=None, rss_over_baseline_mb=None,
+                              notes=[])
+    device = onnx.variant.latency[0].device
+    for shown in (formatting.cold_start(onnx, device), formatting.memory(onnx, device)):
+        assert shown.text == formatting.NOT_MEASURED and "did not record it" in shown.why
+
+
+def test_load_and_memory_of_an_emulated_device_are_labelled_emulated(report: Report) -> None:
+    changed, onnx = _with_row(report, "onnx-fp32", emulated="qemu-x86_64 7.2 -cpu Haswell (TCG)")
+    device = onnx.variant.latency[0].device
+    load, memory = formatting.cold_start(onnx, device), formatting.memory(onnx, device)
+    assert load.text == memory.text == formatting.EMULATED
+    assert "emulated" in load.why and "the emulator's own" in memory.why

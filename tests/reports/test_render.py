@@ -20,9 +20,26 @@ def test_markdown_puts_the_devices_side_by_side(two_device_build: Path) -> None:
     header = next(line for line in text.splitlines() if line.startswith("| variant | " + f"{a} p50"))
     assert f"| {b} p50 | {b} p90 | {b} speed-up vs eager | {b} / {a} |" in header
     rows = [line for line in text.splitlines() if line.startswith("| executorch-fp32 |")]
-    assert len(rows) == 3 and rows[2].count("|") == header.count("|")  # variants, accuracy per device, latency
+    # variants, accuracy per device, latency, load and memory
+    assert len(rows) == 4 and rows[2].count("|") == header.count("|")
     assert rows[1].endswith("| bit-equal |")  # the same file's outputs on the second device: bit for bit the first's
     assert "## Same artifact on several devices" in text and "## Accuracy on each device" in text
+
+
+def test_markdown_shows_each_devices_load_and_memory(two_device_build: Path) -> None:
+    """A load column (the load + the first inference, in ms) and a memory column (the peak above the
+    runner's memory before the runtime's import) per device, from the build's own rows."""
+    text = (two_device_build / "report.md").read_text()
+    a, b = DEVICES
+    section = text.split("## Load and memory")[1].split("\n## ")[0]
+    assert f"| variant | {a} load + first inference | {a} memory | {b} load + first inference | {b} memory |" in section
+    row = next(line for line in section.splitlines() if line.startswith("| executorch-fp32 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")][1:]
+    assert len(cells) == 4
+    for load, memory in (cells[:2], cells[2:]):
+        assert re.fullmatch(r"\d+\.\d+ \+ \d+\.\d+ ms", load) and re.fullmatch(r"\+\d+(\.\d)? MiB", memory), cells
+    failed = next(line for line in section.splitlines() if line.startswith("| too-old |"))
+    assert failed.count("not measured [1]") == 4  # its reason: not built
 
 
 def test_markdown_lists_each_not_measured_reason_once(two_device_build: Path) -> None:

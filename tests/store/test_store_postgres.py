@@ -55,18 +55,22 @@ def _revision(url: str) -> str:
 def _upgrades_a_schema_1_database(url: str) -> None:
     _schema_1(url)
     store = ResultsStore(url)  # upgraded on open
-    assert _revision(url) == "0003"
+    assert _revision(url) == "0004"
     old = store.rows()
-    assert [(r["build_id"], r["variant"], r["p50_ms"], r["node"], r["emulated"]) for r in old] == [
-        ("old1", "ort", 1.25, None, None)]
+    assert [(r["build_id"], r["variant"], r["p50_ms"], r["node"], r["emulated"], r["first_inference_ms"],
+             r["rss_over_baseline_mb"], r["import_ms"]) for r in old] == [("old1", "ort", 1.25, None, None, None,
+                                                                           None, None)]
     row = _latency("board", 2.0)
     row.node, row.emulated = "lab2 (Ray node 0123456789ab)", "qemu-x86_64 7.2.22 -cpu Haswell (TCG)"
+    row.import_ms, row.first_inference_ms, row.rss_over_baseline_mb = 210.5, 7.25, 38.5
     store.record(_results(latency=[row]), build_id="new1", matrix="m.toml@2026")
     new = [r for r in store.rows() if r["build_id"] == "new1"]
     assert {r["node"] for r in new if r["device"] == "board"} == {"lab2 (Ray node 0123456789ab)"}
     assert {r["emulated"] for r in new if r["device"] == "board"} == {"qemu-x86_64 7.2.22 -cpu Haswell (TCG)"}
+    assert {(r["import_ms"], r["first_inference_ms"], r["rss_over_baseline_mb"])
+            for r in new if r["device"] == "board"} == {(210.5, 7.25, 38.5)}
     ResultsStore(url)  # opening it again is a no-op at the head revision
-    assert _revision(url) == "0003" and len(store.rows()) == 3
+    assert _revision(url) == "0004" and len(store.rows()) == 3
 
 
 def test_a_sqlite_database_of_schema_1_is_upgraded_with_its_rows_kept(tmp_path: Path) -> None:
@@ -84,7 +88,7 @@ def test_a_database_a_newer_edgeship_upgraded_is_refused_naming_both_revisions(t
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE alembic_version SET version_num = '0099'"))
     with pytest.raises(StoreError, match="schema revision 0099 was written by a newer edgeship; this one knows "
-                                         "revisions up to 0003"):
+                                         "revisions up to 0004"):
         ResultsStore(url)
 
 
@@ -106,7 +110,7 @@ def test_six_stores_opening_a_new_postgresql_database_at_once_migrate_it_under_t
     # returned within a minute); with it each opener migrates or finds the head in about a second.
     assert not any(t.is_alive() for t in threads), "openers still migrating after 60 s"
     assert not errors, errors
-    assert _revision(url) == "0003"
+    assert _revision(url) == "0004"
 
 
 def test_postgresql_takes_eight_concurrent_writers_and_loses_no_row(postgres, record_property) -> None:

@@ -107,7 +107,11 @@ def run_trtexec(job, artifact, trtexec):
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
         raise RuntimeError("trtexec exited %d: %s" % (proc.returncode, " | ".join(tail)))
     return runner.protocol.result_document(
-        ok=True, runtime="tensorrt", runtime_version="tensorrt (trtexec)", threads=None, load_ms=None,
-        timings_ms=[], summary_ms=summary, peak_rss_mb=None, samples=0, outputs=None,
+        ok=True, runtime="tensorrt", runtime_version="tensorrt (trtexec)", threads=None, import_ms=None,
+        load_ms=None, first_inference_ms=None, timings_ms=[], summary_ms=summary, peak_rss_mb=None,
+        rss_over_baseline_mb=None, samples=0, outputs=None,
         notes=["timed by trtexec (host latency: H2D + compute + D2H); warm-up is trtexec's "
-               "default 200 ms; no outputs, so accuracy is not measured on this device"])
+               "default 200 ms; no outputs, so accuracy is not measured on this device",
+               runner.protocol.not_measured(["import_ms", "load_ms", "first_inference_ms", "rss_over_baseline_mb"],
+                                            "trtexec builds and times the engine in its own process and prints "
+                                            "no load time, first run or memory of it")])

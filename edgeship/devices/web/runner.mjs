@@ -1,6 +1,7 @@
 // edgeship's browser runner: what runner.py does on a device, done by onnxruntime-web in a page.
 // The host (devices/browser.py) calls open(job) to load the artifact and the input batches,
-// time(warmup, iterations) to time runs of the first batch with performance.now(), and outputs()
+// first() to time the first run after the load on its own, time(warmup, iterations) to time runs of
+// the first batch with performance.now(), and outputs()
 // for every batch's outputs, from which it computes accuracy exactly as for every other runtime.
 import * as ort from "./ort/ort.wasm.min.mjs";
 
@@ -76,6 +77,14 @@ export async function open(job) {
     hardwareConcurrency: navigator.hardwareConcurrency,
     userAgent: navigator.userAgent,
   };
+}
+
+// Milliseconds of the first run of the first batch after the load, timed on its own (a warmup run).
+export async function first() {
+  const { session, batches } = current;
+  const start = performance.now();
+  await session.run(batches[0]);
+  return performance.now() - start;
 }
 
 // Milliseconds of each of `iterations` runs of the first batch, after `warmup` untimed ones.

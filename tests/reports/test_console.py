@@ -1,0 +1,27 @@
+"""The table printed at the end of a build: per device, the load + first inference and the memory."""
+from __future__ import annotations
+
+import re
+
+from edgeship.results import Latency, ModelInfo, Results, VariantResult
+from tests.reports.test_task_report import console_text
+
+
+def _build() -> Results:
+    timed = Latency(device="host", runtime="r", warmup=1, iterations=4, p50_ms=1.0, load_ms=12.34,
+                    first_inference_ms=4.56, rss_over_baseline_mb=38.4)
+    unknown = Latency(device="host", runtime="r", warmup=1, iterations=4, p50_ms=2.0, load_ms=7.0)
+    emulated = Latency(device="arm", runtime="r", warmup=1, iterations=4, p50_ms=90.0, load_ms=300.0,
+                       first_inference_ms=200.0, rss_over_baseline_mb=500.0, emulated="qemu-aarch64 (TCG)")
+    variants = [VariantResult(name="eager", backend="eager", precision="fp32", latency=[timed, emulated]),
+                VariantResult(name="ort", backend="onnx", precision="fp32", size_bytes=2048, latency=[unknown])]
+    return Results(target="t", created="2026-01-01T00:00:00Z", toolchain={}, variants=variants,
+                   model=ModelInfo(name="m", entry="m:build", inputs=[], params=1))
+
+
+def test_console_shows_load_first_inference_and_memory_per_timed_device() -> None:
+    text = console_text(_build())
+    assert "load + 1st ms host" in text and "memory host" in text
+    assert "load + 1st ms arm" not in text and "memory arm" not in text  # an emulator's load and memory are its own
+    assert re.search(r"eager .* 12\.3 \+ 4\.6 .* \+38 MiB ", text)
+    assert re.search(r"ort .* 7\.0 \+ - .* not measured ", text)  # no first inference, no memory: never a blank
