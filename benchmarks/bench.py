@@ -25,13 +25,22 @@ Headline ratios compare like with like: the fastest fp32 variant with the fastes
 fastest int8 variant with the fastest int8 peer, the fastest bf16 variant with the fastest bf16 peer
 where there are bf16 candidates (all inside the budget), each with a sign-test interval over the
 rounds (benchmarks/stats.py); an interval that holds 1.0 is a tie (≈). Rounds are added where a
-headline interval (or an OpenVINO figure's) is still wide. Byte-identical artifacts are timed once.
+headline interval (or an OpenVINO figure's) is still wider than 6% and the rounds so far predict
+that more can narrow it (headline.refine). Byte-identical artifacts are timed once.
+
+Each candidate's worker processes are fresh, and load one at a time, so each also measures the
+candidate's cold start (benchmarks/harness.py, ``cold_start``): the runtime's import, the load, the
+first inference on the timed inputs, and the peak resident memory after the warmup, absolute and
+over the process's own baseline taken before the import; per row the median over its processes
+(``load_ms``, ``first_inference_ms``, ``peak_rss_mb``, ``rss_over_baseline_mb``, ...) and, in
+``cold_start``, their range. A third table prints them, each runtime's candidates side by side,
+and per model which candidate starts fastest (load + first inference) and which holds least memory.
 It prints one table, then per model and precision each runtime's fastest candidate inside the
 budget side by side (which of OpenVINO, ONNX Runtime, ExecuTorch and the others is fastest:
 ``by_runtime``), then the OpenVINO figures of issue 16 (int8 p50 over fp32 p50, int8 against the
 NNCF-defaults peer and against eager, the int8, bf16 and fp32 SQNR: ``openvino``, each beside its
-target), and writes benchmarks/results/latest.json (or ``--out``). Nothing is asserted: the figures
-are printed.
+target), then the cold starts (``cold``), and writes benchmarks/results/latest.json (or ``--out``).
+Nothing is asserted: the figures are printed.
 
 For the demo and resnet18 (``--web``) the web profile is built too and its variants are timed in
 Chromium, at 1 and 2 threads, beside native ONNX Runtime and the onnxruntime-web peer
@@ -72,6 +81,7 @@ MODELS = {"digitnet": REPO / "edgeship" / "demo" / "model.toml",
           "encoder": HERE / "models" / "encoder.toml"}
 PROFILES = ("host", "android", "linux", "x86")
 CALIBRATION_SAMPLES, EVALUATION_SAMPLES = 64, 32
+BUILDS = "builds.json"   # in a model's work folder: its spec and each profile's build cost
 
 
 def ensure_data(spec_path: Path) -> None:
@@ -120,12 +130,15 @@ def bench_model(name: str, spec_path: Path, args: argparse.Namespace) -> dict:
         again, _ = build(spec_path, profile, folder)
         cost[profile] = {"cold_build_seconds": round(cold, 2), "rebuild_seconds": round(again, 2)}
         print(f"  {profile}: cold build {cold:.1f} s, unchanged re-build {again:.1f} s", flush=True)
+    # what trained.py (the end of make bench) needs to take these builds instead of making them again
+    (folder / BUILDS).write_text(json.dumps({"spec": str(spec_path.resolve()), "build_cost": cost}, indent=1))
     started = time.perf_counter()
     found = candidates_of(spec_path, folder, args.profiles)
     peers_seconds = time.perf_counter() - started
     timed = {n: c["job"] for n, c in found.candidates.items() if c.get("same_as") is None}
     started = time.perf_counter()
     timing = Timing(timed, found.inputs, args.processes)
+    loads_seconds = time.perf_counter() - started
     try:
         timing.run(args.rounds, args.block)
         refine(timing, found.candidates, args.block, args.max_rounds)
@@ -137,9 +150,11 @@ def bench_model(name: str, spec_path: Path, args: argparse.Namespace) -> dict:
     builds = sum(c["cold_build_seconds"] + c["rebuild_seconds"] for c in cost.values())
     summary["seconds"] = {"builds": round(builds, 1),
                           "peers_and_accuracy": round(peers_seconds, 1),
-                          "timing": round(time.perf_counter() - started, 1), "rounds": len(timing.log)}
+                          "timing": round(time.perf_counter() - started, 1), "loads": round(loads_seconds, 1),
+                          "rounds": len(timing.log)}
     print(f"  peers made and judged in {peers_seconds:.0f} s; {len(timed)} candidates timed in "
-          f"{summary['seconds']['timing']:.0f} s ({len(timing.log)} rounds)", flush=True)
+          f"{summary['seconds']['timing']:.0f} s (their workers loaded one at a time in {loads_seconds:.0f} s, "
+          f"then {len(timing.log)} rounds)", flush=True)
     return summary
 
 
