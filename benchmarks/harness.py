@@ -76,12 +76,15 @@ class Timing:
     first worker, then every second one, in a seeded order), each measuring its cold start
     (``cold_start``; ``cold`` keeps them per job, ``cold_start()`` sums them up)."""
 
-    def __init__(self, jobs: dict[str, tuple[str, tuple]], inputs: list[np.ndarray], processes: int = 1) -> None:
+    def __init__(self, jobs: dict[str, tuple[str, tuple]], inputs: list[np.ndarray], processes: int = 1,
+                 cold_only: dict[str, tuple[str, tuple]] | None = None) -> None:
+        """``cold_only``: jobs loaded (and their cold start measured) like the others, then let go,
+        not timed in rounds: a file timed as another's that its own loader opens differently."""
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
         self.pipes: dict[tuple[str, int], Any] = {}
-        for name, (loader, args) in jobs.items():
+        for name, (loader, args) in {**jobs, **(cold_only or {})}.items():
             for k in range(processes):
                 parent, child = context.Pipe()
                 context.Process(target=_worker, args=(child, loader, args, inputs), daemon=True).start()
@@ -95,8 +98,8 @@ class Timing:
             if key[0] not in self.failed:
                 self.pipes[key].send(1)
                 self._reply(key, _answer(self.pipes[key]), "cold")
-        for key in [key for key in self.pipes if key[0] in self.failed]:  # a job counts only if all its workers load
-            self.pipes.pop(key).send(0)
+        for key in [key for key in self.pipes if key[0] in self.failed or key[0] in (cold_only or {})]:
+            self.pipes.pop(key).send(0)   # a job counts only if all its workers load
         for name, reason in self.failed.items():
             print(f"  {name}: could not be loaded for timing: {reason}", flush=True)
         # per round: job -> worker -> that worker's median (ms) in the round

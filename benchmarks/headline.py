@@ -45,6 +45,12 @@ class Figures:
     def timed(self, name: str) -> str:
         return self.candidates[name].get("same_as") or name
 
+    def cold(self, name: str) -> str:
+        """Whose cold start a candidate's is: its own where it was loaded apart (its own loader for a
+        file timed as another's: ``Timing(cold_only=...)``), else the one it is timed as."""
+        own = name in getattr(self.timing, "cold", {}) or name in getattr(self.timing, "failed", {})
+        return name if own else self.timed(name)
+
     def p50(self, name: str) -> float | None:
         return self.timing.p50(self.timed(name))
 
@@ -190,7 +196,7 @@ def summarize(found: Any, timing: Any, cost: dict) -> dict:
                       "size_vs_ort_default": c["size_bytes"] / ort if ort and c.get("size_bytes") else None,
                       "within_budget": within_budget(c),
                       "process_spread": round(timing.spread(figures.timed(name)), 4),
-                      **cold_row(timing.cold_start(figures.timed(name)))}
+                      **cold_row(timing.cold_start(figures.cold(name)))}
     summary = {"eager_p50_ms": eager, "eager_cold": cold_row(timing.cold_start("eager")), "flops": found.flops,
                "eager_achieved_gops": found.flops / (eager / 1e3) / 1e9 if found.flops else None,
                "budget": f"top-1 drop <= {TOP1_BUDGET} point where labelled, else SQNR >= {SQNR_BUDGET} dB"}
@@ -221,17 +227,19 @@ def cold_figures(figures: Figures) -> dict[str, Any]:
     which holds least memory over its process's baseline, eager included, each beside the runner-up
     ("apart": their ranges over the processes do not overlap; else the processes' noise does not
     separate them); and per runtime its candidates side by side, edgeship's and the peers', fastest
-    start first (a byte-identical file is measured once, as ``same_as``)."""
+    start first (a byte-identical file opened by the same loader is measured once, as ``same_as``;
+    by another loader, apart: ``own_cold_start``)."""
     timing, candidates = figures.timing, figures.candidates
     measured = {name: timing.cold_start(name) for name in candidates
-                if not candidates[name].get("same_as") and "not_measured" not in timing.cold_start(name)}
+                if figures.cold(name) == name and "not_measured" not in timing.cold_start(name)}
     by_runtime: dict[str, list[dict[str, Any]]] = {}
     for name, c in candidates.items():
         if figures.p50(name) is None:   # not loaded: not in the rows either
             continue
-        row = {k: v for k, v in cold_row(timing.cold_start(figures.timed(name))).items() if k != "cold_start"}
+        row = {k: v for k, v in cold_row(timing.cold_start(figures.cold(name))).items() if k != "cold_start"}
         by_runtime.setdefault(c["runtime"], []).append({"candidate": name, "kind": c["kind"],
-                                                        "same_as": c.get("same_as"), **row})
+                                                        "same_as": c.get("same_as"),
+                                                        "own_cold_start": figures.cold(name) == name, **row})
 
     def start(row: dict[str, Any]) -> tuple[bool, float]:
         return row["start_ms"] is None, row["start_ms"] or 0.0
@@ -425,7 +433,8 @@ def print_cold(results: dict) -> None:
             for j, entry in enumerate(group):
                 r, name = rows[entry["candidate"]], entry["candidate"]
                 record = r["cold_start"]
-                same = f" (= {entry['same_as']})" if entry.get("same_as") else ""
+                same = (f" (same file as {entry['same_as']}{', its own loader' if entry['own_cold_start'] else ''})"
+                        if entry.get("same_as") else "")
                 cells = ([f"not measured: {record['not_measured']}", *[""] * 5] if "not_measured" in record else
                          [_fmt(r["import_ms"], 1), _fmt(r["load_ms"], 1), _fmt(r["first_inference_ms"], 1),
                           _spread(record["start_ms"], 1), _fmt(r["p50_ms"], 3), _fmt(r["peak_rss_mb"], 0),

@@ -110,3 +110,16 @@ def test_timing_a_job_that_cannot_load_says_why_in_its_cold_start() -> None:
     timing.close()
     assert "could not be loaded" in timing.cold_start("broken")["not_measured"]
     assert timing.names == []
+
+
+@linux_only
+def test_timing_a_cold_only_job_is_loaded_and_measured_but_not_timed() -> None:
+    loader = f"{__name__}:holding"
+    timing = Timing({"timed": (loader, (4,))}, [np.zeros(1, dtype=np.float32)], processes=1,
+                    cold_only={"same file, own loader": (loader, (32,))})
+    try:
+        timing.run(1, 5)
+    finally:
+        timing.close()
+    assert timing.names == ["timed"] and list(timing.log[0]) == ["timed"]
+    assert timing.cold_start("same file, own loader")["rss_over_baseline_mb"]["low"] >= 32 - 1

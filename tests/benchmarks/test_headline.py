@@ -189,3 +189,19 @@ def test_refine_adds_no_rounds_to_a_narrow_interval() -> None:
 def test_refine_steps_to_the_counts_where_the_interval_narrows() -> None:
     assert [next_rounds(n, 15) for n in (5, 7, 9, 12, 14)] == [9, 9, 12, 15, 15]
     assert next_rounds(7, 8) == 8
+
+
+def test_headline_a_same_file_with_its_own_loader_keeps_its_own_cold_start() -> None:
+    found, timing = made_up()
+    found.candidates["peer: onnx same file"] = {**found.candidates["peer: onnxruntime default"],
+                                                "same_as": "x86/onnx-fp32"}   # loaded apart (cold_only)
+    found.candidates["x86/onnx-fp32 again"] = {**found.candidates["x86/onnx-fp32"], "kind": "edgeship",
+                                               "same_as": "x86/onnx-fp32"}    # the same loader: measured once
+    timing.cold["peer: onnx same file"] = [{"import_ms": 50.0, "load_ms": 30.0, "first_inference_ms": 1.0,
+                                            "peak_rss_mb": 400.0, "rss_over_baseline_mb": 100.0}]
+    m = summarize(found, timing, {"x86": {"cold_build_seconds": 1.0, "rebuild_seconds": 0.5}})
+    assert m["rows"]["peer: onnx same file"]["p50_ms"] == m["rows"]["x86/onnx-fp32"]["p50_ms"]
+    assert m["rows"]["peer: onnx same file"]["load_ms"] == 30.0
+    assert m["rows"]["x86/onnx-fp32 again"]["load_ms"] == m["rows"]["x86/onnx-fp32"]["load_ms"] == 10.5
+    entries = {e["candidate"]: e for e in m["cold"]["by_runtime"]["onnxruntime"]}
+    assert entries["peer: onnx same file"]["own_cold_start"] and not entries["x86/onnx-fp32 again"]["own_cold_start"]
