@@ -46,7 +46,7 @@ For the demo and resnet18 (``--web``) the web profile is built too and its varia
 Chromium, at 1 and 2 threads, beside native ONNX Runtime and the onnxruntime-web peer
 (benchmarks/web.py); a second table prints those rows.
 
-    python benchmarks/bench.py [--models resnet18,encoder] [--profiles host,x86] [--rounds 5] [--web ''] [--out F]
+    python benchmarks/bench.py [--models resnet18,encoder] [--profiles host,x86] [--rounds 6] [--web ''] [--out F]
 """
 from __future__ import annotations
 
@@ -200,7 +200,9 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of: " + ", ".join(MODELS))
     parser.add_argument("--profiles", default=",".join(PROFILES),
                         help="target profiles to build (default: " + ",".join(PROFILES) + ")")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds for every candidate")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="interleaved rounds for every candidate (6: the fewest whose sign-test interval, "
+                             "the smallest to the largest ratio, reaches 95%%; 7 and 8 give the same kind)")
     parser.add_argument("--max-rounds", type=int, default=15,
                         help="rounds a headline comparison may get in all while its interval is still wide")
     parser.add_argument("--processes", type=int, default=2,

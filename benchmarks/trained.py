@@ -22,7 +22,7 @@ the same runtime, and its cold start and memory (benchmarks/harness.py: load, fi
 RSS over the process's baseline); the machine's measured fp32 and int8 GEMM peaks, which bound what int8 can gain
 here. Written to benchmarks/results/trained.json; nothing is asserted.
 
-    python benchmarks/trained.py [--models digitnet,minilm] [--profiles host,android,x86] [--rounds 7]
+    python benchmarks/trained.py [--models digitnet,minilm] [--profiles host,android,x86] [--rounds 6]
                                  [--reuse-builds benchmarks/.work]
 """
 from __future__ import annotations
@@ -174,7 +174,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--profiles", default=",".join(PROFILES))
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds (as bench.py's)")
     parser.add_argument("--block", type=int, default=15)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--out", type=Path, default=OUT)
