@@ -85,7 +85,7 @@ matrix: $(VENV)/.installed
 
 bench: $(VENV)/.installed $(WEB)
 	$(BIN)/python benchmarks/bench.py
-	$(BIN)/python benchmarks/trained.py
+	$(BIN)/python benchmarks/trained.py --reuse-builds benchmarks/.work
 
 # The two models with trained weights (the demo, all-MiniLM-L6-v2) side by side per backend and
 # precision: task metric, size, p50 interleaved (benchmarks/results/trained.json).

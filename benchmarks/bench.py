@@ -25,19 +25,28 @@ Headline ratios compare like with like: the fastest fp32 variant with the fastes
 fastest int8 variant with the fastest int8 peer, the fastest bf16 variant with the fastest bf16 peer
 where there are bf16 candidates (all inside the budget), each with a sign-test interval over the
 rounds (benchmarks/stats.py); an interval that holds 1.0 is a tie (≈). Rounds are added where a
-headline interval (or an OpenVINO figure's) is still wide. Byte-identical artifacts are timed once.
+headline interval (or an OpenVINO figure's) is still wider than 6% and the rounds so far predict
+that more can narrow it (headline.refine). Byte-identical artifacts are timed once.
+
+Each candidate's worker processes are fresh, and load one at a time, so each also measures the
+candidate's cold start (benchmarks/harness.py, ``cold_start``): the runtime's import, the load, the
+first inference on the timed inputs, and the peak resident memory after the warmup, absolute and
+over the process's own baseline taken before the import; per row the median over its processes
+(``load_ms``, ``first_inference_ms``, ``peak_rss_mb``, ``rss_over_baseline_mb``, ...) and, in
+``cold_start``, their range. A third table prints them, each runtime's candidates side by side,
+and per model which candidate starts fastest (load + first inference) and which holds least memory.
 It prints one table, then per model and precision each runtime's fastest candidate inside the
 budget side by side (which of OpenVINO, ONNX Runtime, ExecuTorch and the others is fastest:
 ``by_runtime``), then the OpenVINO figures of issue 16 (int8 p50 over fp32 p50, int8 against the
 NNCF-defaults peer and against eager, the int8, bf16 and fp32 SQNR: ``openvino``, each beside its
-target), and writes benchmarks/results/latest.json (or ``--out``). Nothing is asserted: the figures
-are printed.
+target), then the cold starts (``cold``), and writes benchmarks/results/latest.json (or ``--out``).
+Nothing is asserted: the figures are printed.
 
 For the demo and resnet18 (``--web``) the web profile is built too and its variants are timed in
 Chromium, at 1 and 2 threads, beside native ONNX Runtime and the onnxruntime-web peer
 (benchmarks/web.py); a second table prints those rows.
 
-    python benchmarks/bench.py [--models resnet18,encoder] [--profiles host,x86] [--rounds 5] [--web ''] [--out F]
+    python benchmarks/bench.py [--models resnet18,encoder] [--profiles host,x86] [--rounds 6] [--web ''] [--out F]
 """
 from __future__ import annotations
 
@@ -72,6 +81,7 @@ MODELS = {"digitnet": REPO / "edgeship" / "demo" / "model.toml",
           "encoder": HERE / "models" / "encoder.toml"}
 PROFILES = ("host", "android", "linux", "x86")
 CALIBRATION_SAMPLES, EVALUATION_SAMPLES = 64, 32
+BUILDS = "builds.json"   # in a model's work folder: its spec and each profile's build cost
 
 
 def ensure_data(spec_path: Path) -> None:
@@ -120,12 +130,15 @@ def bench_model(name: str, spec_path: Path, args: argparse.Namespace) -> dict:
         again, _ = build(spec_path, profile, folder)
         cost[profile] = {"cold_build_seconds": round(cold, 2), "rebuild_seconds": round(again, 2)}
         print(f"  {profile}: cold build {cold:.1f} s, unchanged re-build {again:.1f} s", flush=True)
+    # what trained.py (the end of make bench) needs to take these builds instead of making them again
+    (folder / BUILDS).write_text(json.dumps({"spec": str(spec_path.resolve()), "build_cost": cost}, indent=1))
     started = time.perf_counter()
     found = candidates_of(spec_path, folder, args.profiles)
     peers_seconds = time.perf_counter() - started
     timed = {n: c["job"] for n, c in found.candidates.items() if c.get("same_as") is None}
     started = time.perf_counter()
-    timing = Timing(timed, found.inputs, args.processes)
+    timing = Timing(timed, found.inputs, args.processes, cold_only=own_loaders(found.candidates))
+    loads_seconds = time.perf_counter() - started
     try:
         timing.run(args.rounds, args.block)
         refine(timing, found.candidates, args.block, args.max_rounds)
@@ -137,10 +150,20 @@ def bench_model(name: str, spec_path: Path, args: argparse.Namespace) -> dict:
     builds = sum(c["cold_build_seconds"] + c["rebuild_seconds"] for c in cost.values())
     summary["seconds"] = {"builds": round(builds, 1),
                           "peers_and_accuracy": round(peers_seconds, 1),
-                          "timing": round(time.perf_counter() - started, 1), "rounds": len(timing.log)}
+                          "timing": round(time.perf_counter() - started, 1), "loads": round(loads_seconds, 1),
+                          "rounds": len(timing.log)}
     print(f"  peers made and judged in {peers_seconds:.0f} s; {len(timed)} candidates timed in "
-          f"{summary['seconds']['timing']:.0f} s ({len(timing.log)} rounds)", flush=True)
+          f"{summary['seconds']['timing']:.0f} s (their workers loaded one at a time in {loads_seconds:.0f} s, "
+          f"then {len(timing.log)} rounds)", flush=True)
     return summary
+
+
+def own_loaders(candidates: dict[str, dict]) -> dict[str, tuple[str, tuple]]:
+    """The jobs of byte-identical files timed as another candidate whose loader differs (a peer's
+    against edgeship's runner): the same bytes in the same runtime time the same, but the loaders
+    import and hold different things, so their cold start is measured apart."""
+    return {name: c["job"] for name, c in candidates.items()
+            if c.get("same_as") and c["job"][0] != candidates[c["same_as"]]["job"][0]}
 
 
 def bench_web(spec_path: Path, folder: Path, found: Any, args: argparse.Namespace) -> dict:
@@ -177,7 +200,9 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of: " + ", ".join(MODELS))
     parser.add_argument("--profiles", default=",".join(PROFILES),
                         help="target profiles to build (default: " + ",".join(PROFILES) + ")")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds for every candidate")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="interleaved rounds for every candidate (6: the fewest whose sign-test interval, "
+                             "the smallest to the largest ratio, reaches 95%%; 7 and 8 give the same kind)")
     parser.add_argument("--max-rounds", type=int, default=15,
                         help="rounds a headline comparison may get in all while its interval is still wide")
     parser.add_argument("--processes", type=int, default=2,

@@ -8,14 +8,21 @@ speed too (where its memory and threads land: the same ONNX file in eight proces
 0.097-0.134 ms on the demo, 4.54-4.89 ms on the encoder), so each candidate can be loaded in several
 processes, its figure taken over all of them, and their spread reported as the noise floor of the
 comparison. The machine's own limit (large fp32 and int8 matrix multiplies) is measured here too.
+
+Each worker is a fresh process, so it also measures its candidate's cold start (``cold_start``): the
+runtime's import, the load, the first inference on the timed inputs, and the process's peak memory
+over its own baseline. The workers start together but load one at a time, so no load shares the
+cores with another.
 """
 from __future__ import annotations
 
 import importlib
 import random
+import re
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,11 +32,36 @@ SETTLE_S = 0.1
 BLOCK_SECONDS, MIN_BLOCK = 0.3, 5
 
 
+COLD_FIGURES = ("import_ms", "load_ms", "first_inference_ms", "peak_rss_mb", "rss_over_baseline_mb")
+IN_A_BROWSER = ("runs in Chromium (another process, timed in the page): its load and memory are not this "
+                "worker's to measure")
+
+
+def imports(*modules: str) -> Callable[[Callable], Callable]:
+    """Marks a loader with the modules it imports before loading, so ``cold_start`` times the
+    runtime's import apart from the artifact's load."""
+    def mark(loader: Callable) -> Callable:
+        loader.import_runtime = lambda *args: [importlib.import_module(m) for m in modules]
+        return loader
+    return mark
+
+
 def runner_loader(runtime: str, path: str | None, options: dict, threads: int | None) -> Callable:
     """An artifact loaded exactly as the device runner loads it: a callable on a list of arrays."""
     from edgeship.devices.eager import open_runner  # runner.py's, with the host-only eager runtime too
 
     return open_runner(runtime, path, options, threads).infer
+
+
+def _import_runner_runtime(runtime: str, *_: Any) -> None:
+    """What the device runner imports before its load timer starts (``Runner.import_runtime``)."""
+    from edgeship.devices.eager import EagerRunner  # noqa: F401  (registers the host-only eager runtime)
+    from edgeship.devices.runner import runner_class
+
+    runner_class(runtime).import_runtime()
+
+
+runner_loader.import_runtime = _import_runner_runtime
 
 
 class Timing:
@@ -38,32 +70,83 @@ class Timing:
     order. A job is ``("module:function", args)``: the function, called in the worker with
     ``args``, returns a callable that runs one inference on ``inputs`` (or, for a runtime timed
     where it runs, an object whose ``time_runs(n)`` returns n times in ms). The workers stay up, so
-    rounds can be added for some jobs (where a comparison is still too noisy to call)."""
+    rounds can be added for some jobs (where a comparison is still too noisy to call).
 
-    def __init__(self, jobs: dict[str, tuple[str, tuple]], inputs: list[np.ndarray], processes: int = 1) -> None:
+    The workers start together; once every interpreter is up, they load one at a time (every job's
+    first worker, then every second one, in a seeded order), each measuring its cold start
+    (``cold_start``; ``cold`` keeps them per job, ``cold_start()`` sums them up)."""
+
+    def __init__(self, jobs: dict[str, tuple[str, tuple]], inputs: list[np.ndarray], processes: int = 1,
+                 cold_only: dict[str, tuple[str, tuple]] | None = None) -> None:
+        """``cold_only``: jobs loaded (and their cold start measured) like the others, then let go,
+        not timed in rounds: a file timed as another's that its own loader opens differently."""
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
         self.pipes: dict[tuple[str, int], Any] = {}
-        for name, (loader, args) in jobs.items():
+        for name, (loader, args) in {**jobs, **(cold_only or {})}.items():
             for k in range(processes):
                 parent, child = context.Pipe()
                 context.Process(target=_worker, args=(child, loader, args, inputs), daemon=True).start()
                 self.pipes[name, k] = parent
         self.failed: dict[str, str] = {}
-        for (name, k), pipe in list(self.pipes.items()):
-            reply = pipe.recv()
-            if reply != "ready":
-                self.failed[name] = reply
-                del self.pipes[name, k]
-        for key in [key for key in self.pipes if key[0] in self.failed]:  # a job counts only if all its workers load
-            self.pipes.pop(key).send(0)
+        self.cold: dict[str, list[dict[str, Any]]] = {}   # job -> each worker's cold start
+        self._order = random.Random(0)
+        for key, pipe in list(self.pipes.items()):   # every interpreter up before the first load
+            self._reply(key, _answer(pipe), "up")
+        for key in self._load_order():
+            if key[0] not in self.failed:
+                self.pipes[key].send(1)
+                self._reply(key, _answer(self.pipes[key]), "cold")
+        for key in [key for key in self.pipes if key[0] in self.failed or key[0] in (cold_only or {})]:
+            self.pipes.pop(key).send(0)   # a job counts only if all its workers load
         for name, reason in self.failed.items():
             print(f"  {name}: could not be loaded for timing: {reason}", flush=True)
         # per round: job -> worker -> that worker's median (ms) in the round
         self.log: list[dict[str, dict[int, float]]] = []
-        self._order = random.Random(0)
         self.names = list(dict.fromkeys(name for name, _ in self.pipes))  # the jobs that loaded
+
+    def _load_order(self) -> list[tuple[str, int]]:
+        """Every job's first worker (in a seeded random order), then every second one, ..."""
+        by_worker: dict[int, list[tuple[str, int]]] = {}
+        for key in self.pipes:
+            by_worker.setdefault(key[1], []).append(key)
+        return [key for k in sorted(by_worker) for key in self._order.sample(by_worker[k], len(by_worker[k]))]
+
+    def _reply(self, key: tuple[str, int], reply: Any, expected: str) -> None:
+        """A worker's answer: ``"up"``, or its cold start (a dict, kept); anything else is its
+        failure (the worker has ended), which fails its job."""
+        if expected == "up" and reply == "up":
+            return
+        if expected == "cold" and isinstance(reply, dict):
+            self.cold.setdefault(key[0], []).append(reply)
+            return
+        self.failed.setdefault(key[0], str(reply))
+        del self.pipes[key]
+
+    def cold_start(self, name: str) -> dict[str, Any]:
+        """The job's cold start over its workers, each a fresh process measured once: per figure
+        (``COLD_FIGURES``, ``start_ms``: load + first inference, and ``ready_ms``: with the import
+        too, where it was timed apart) the median and the range (low, high) over the processes; or
+        why it was not measured."""
+        runs = self.cold.get(name, [])
+        if name in self.failed or not runs:
+            return {"not_measured": f"could not be loaded: {self.failed.get(name, 'no worker')}"}
+        missing = sorted({r["not_measured"] for r in runs if "not_measured" in r})
+        if missing:
+            return {"not_measured": "; ".join(missing)}
+        out: dict[str, Any] = {"processes": len(runs)}
+        for r in runs:   # the runtime imported: load, first inference; from a fresh process: the import too
+            r["start_ms"] = r["load_ms"] + r["first_inference_ms"]
+            r["ready_ms"] = r["start_ms"] + r["import_ms"] if r.get("import_ms") is not None else None
+        for key in (*COLD_FIGURES, "start_ms", "ready_ms"):
+            values = [r[key] for r in runs if r.get(key) is not None]
+            out[key] = ({"median": statistics.median(values), "low": min(values), "high": max(values)}
+                        if values else None)
+        notes = sorted({note for r in runs for note in r.get("notes", [])})
+        if notes:
+            out["notes"] = notes
+        return out
 
     def run(self, rounds: int, block: int, names: list[str] | None = None) -> None:
         """``rounds`` more rounds of the jobs ``names`` (default: all), each job timed ``block``
@@ -125,24 +208,90 @@ def interleaved(jobs: dict[str, tuple[str, tuple]], inputs: list[np.ndarray], ro
     return out
 
 
+def cold_start(loader: Callable, args: tuple, inputs: list[np.ndarray]) -> tuple[Callable, dict[str, Any]]:
+    """Load a candidate as a fresh process meets it and warm it up, measuring once: the runtime's
+    import (where the loader says what it imports: ``imports``, or the runner's import_runtime; else
+    it is inside load_ms, and the notes say so), the load, the first inference on ``inputs`` (apart
+    from the steady runs, which follow the warmup), and the process's peak resident memory (VmHWM)
+    after the warmup, absolute and over its own resident memory just before the import (the
+    interpreter, numpy and the harness: the baseline). Linux only for memory: VmHWM is reset to the
+    baseline through /proc/self/clear_refs; where it cannot be, the peak over it is not measured.
+    Returns the loaded callable and the figures (ms, MiB)."""
+    baseline, notes = status_mib("VmRSS"), []
+    peak_reset = baseline is not None and reset_peak()
+    importer = getattr(loader, "import_runtime", None)
+    t0 = time.perf_counter_ns()
+    if importer is not None:
+        importer(*args)
+    t1 = time.perf_counter_ns()
+    predict = loader(*args)
+    t2 = time.perf_counter_ns()
+    if hasattr(predict, "time_runs"):
+        for _ in range(WARMUP):
+            predict(inputs)
+        return predict, {"not_measured": IN_A_BROWSER}
+    predict(inputs)
+    t3 = time.perf_counter_ns()
+    for _ in range(WARMUP):
+        predict(inputs)
+    peak = status_mib("VmHWM")
+    if importer is None:
+        notes.append("load_ms includes the runtime's import (the loader does both)")
+    if baseline is None:
+        notes.append("no /proc/self/status here: memory not measured")
+    elif not peak_reset:
+        notes.append("VmHWM could not be reset here (/proc/self/clear_refs): the peak over the baseline is not "
+                     "measured")
+    return predict, {"import_ms": (t1 - t0) / 1e6 if importer is not None else None, "load_ms": (t2 - t1) / 1e6,
+                     "first_inference_ms": (t3 - t2) / 1e6, "baseline_rss_mb": baseline, "peak_rss_mb": peak,
+                     "rss_over_baseline_mb": peak - baseline if peak_reset and peak is not None else None,
+                     "notes": notes}
+
+
+def status_mib(field: str) -> float | None:
+    """A memory figure of this process from /proc/self/status (VmRSS, VmHWM), in MiB; None off Linux."""
+    try:
+        found = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return int(found.group(1)) / 1024 if found else None
+
+
+def reset_peak() -> bool:
+    """Reset this process's VmHWM to its current resident memory (Linux: 5 into /proc/self/clear_refs)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
 def _worker(conn, loader: str, args: tuple, inputs: list[np.ndarray]) -> None:
-    """Load once, warm up, then time ``n`` runs per request until 0 comes. The runtimes' own
-    chatter on stderr is dropped; a load failure comes back through the pipe."""
+    """Start (``"up"``: the interpreter, numpy and the harness, nothing of the candidate), then at
+    the parent's word load and warm up (``cold_start``, sent back), then time ``n`` runs per request
+    until 0 comes. The runtimes' own chatter on stderr is dropped; a failure comes back through the
+    pipe, and the worker ends."""
     import os
 
     os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
-    from edgeship.cli import quiet_libraries
-
-    quiet_libraries()
     try:
+        from edgeship.cli import quiet_libraries
+
+        quiet_libraries()
         module, _, function = loader.partition(":")
-        predict = getattr(importlib.import_module(module), function)(*args)
-        for _ in range(WARMUP):
-            predict(inputs)
-    except Exception as e:  # reported by the parent; the other candidates are still timed
-        conn.send(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+        load = getattr(importlib.import_module(module), function)  # the loader's module, not the runtime
+    except Exception as e:
+        conn.send(_failure(e))
         return
-    conn.send("ready")
+    conn.send("up")
+    if not conn.recv():
+        return
+    try:
+        predict, cold = cold_start(load, args, inputs)
+    except Exception as e:  # reported by the parent; the other candidates are still timed
+        conn.send(_failure(e))
+        return
+    conn.send(cold)
     while n := conn.recv():
         if hasattr(predict, "time_runs"):  # a runtime that times itself where it runs (a browser page)
             conn.send(predict.time_runs(n))
@@ -153,6 +302,17 @@ def _worker(conn, loader: str, args: tuple, inputs: list[np.ndarray]) -> None:
             predict(inputs)
             times.append((time.perf_counter_ns() - start) / 1e6)
         conn.send(times)
+
+
+def _answer(pipe: Any) -> Any:
+    try:
+        return pipe.recv()
+    except EOFError:
+        return "the worker process ended without an answer"
+
+
+def _failure(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
 def machine_peaks() -> dict[str, float]:

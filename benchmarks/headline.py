@@ -1,19 +1,20 @@
 """make bench's figures for one model, from the candidates and their interleaved timings: each
 row's ratios (with intervals), throughput against the machine's peak for its precision, the
 headlines, which compare like with like inside one accuracy budget (fp32 with fp32, int8 with int8,
-bf16 with bf16 where a candidate computes in bf16), the fastest runtime per precision, and the
-OpenVINO figures issue 16 asks for (``openvino_figures``)."""
+bf16 with bf16 where a candidate computes in bf16), the fastest runtime per precision, the
+OpenVINO figures issue 16 asks for (``openvino_figures``), and each candidate's cold start and
+memory with which starts fastest and which holds least (``cold_figures``)."""
 from __future__ import annotations
 
 import statistics
 from typing import Any
 
-from stats import Ratio, ratio
+import numpy as np
+from stats import Ratio, order_statistic, ratio
 
 TOP1_BUDGET = 1.0     # points, where the evaluation data has labels (the demo)
 SQNR_BUDGET = 25.0    # dB against the float model, where it has none (the random-weight models)
-MAX_WIDTH = 0.06      # a headline interval wider than 6% of its ratio gets more rounds
-EXTRA_ROUNDS = 2
+MAX_WIDTH = 0.06      # a headline interval wider than 6% of its ratio gets more rounds (while they can narrow it)
 PEAK_KEY = {"fp32": "fp32_gflops", "int8": "int8_gops"}   # no bf16 peak is measured: its share is left out
 PRECISIONS = ("fp32", "int8")      # the headline classes every model has, then any other a candidate has
 # The OpenVINO figures (issue 16): the variants they read (the x86 profile's, else another profile's
@@ -22,6 +23,11 @@ OPENVINO_VARIANT = "openvino-{}"
 OPENVINO_TARGETS = {"int8_over_fp32": ("<=", 0.45), "int8_vs_nncf_default_ptq": (">=", 1.0),
                     "int8_sqnr_db": (">=", 25.0), "bf16_sqnr_db": (">=", 40.0), "fp32_sqnr_db": (">=", 60.0)}
 NNCF_PEER = "peer: nncf default ptq"
+# A row's cold-start figures (harness.cold_start, one shot per worker process): the median over its processes.
+COLD = ("import_ms", "load_ms", "first_inference_ms", "start_ms", "ready_ms", "peak_rss_mb", "rss_over_baseline_mb")
+LEAST = (("fastest_start", "start_ms", "starts fastest (load + first inference)", "ms"),
+         ("fastest_ready", "ready_ms", "is ready first from a fresh process (import + load + first inference)", "ms"),
+         ("least_memory", "rss_over_baseline_mb", "holds least (peak RSS over the process's baseline)", "MiB"))
 
 
 def within_budget(c: dict[str, Any]) -> bool:
@@ -41,6 +47,12 @@ class Figures:
 
     def timed(self, name: str) -> str:
         return self.candidates[name].get("same_as") or name
+
+    def cold(self, name: str) -> str:
+        """Whose cold start a candidate's is: its own where it was loaded apart (its own loader for a
+        file timed as another's: ``Timing(cold_only=...)``), else the one it is timed as."""
+        own = name in getattr(self.timing, "cold", {}) or name in getattr(self.timing, "failed", {})
+        return name if own else self.timed(name)
 
     def p50(self, name: str) -> float | None:
         return self.timing.p50(self.timed(name))
@@ -123,20 +135,46 @@ class Figures:
 
 def refine(timing: Any, candidates: dict[str, dict[str, Any]], block: int, max_rounds: int) -> None:
     """More rounds for the candidates of every headline (and OpenVINO figure) whose interval is
-    still wider than MAX_WIDTH, until it is narrow enough or has had ``max_rounds``."""
+    still wider than MAX_WIDTH, while ``max_rounds`` rounds can be expected to narrow it that far
+    (``worth_more_rounds``; where the machine's noise keeps it wider, rounds would cost time and not
+    narrow it: the interval stays as measured, wider, and still holds). Each step adds the rounds up
+    to the next count at which the interval narrows (``next_rounds``)."""
     figures = Figures(candidates, timing)
     while True:
-        wide = set()
+        wide, counts = set(), []
         pairs = [*figures.headline_pairs().values(), *figures.openvino_pairs().values()]
-        for pair in filter(None, pairs):
-            r = figures.ratio(*pair)
-            if r.width > MAX_WIDTH and r.rounds < max_rounds:
-                wide.update(figures.timed(n) for n in pair)
+        for a, b in {(figures.timed(x), figures.timed(y)) for x, y in filter(None, pairs)}:
+            reference, candidate = timing.paired(a, b)
+            r = figures.ratio(a, b)
+            if a != b and r.width > MAX_WIDTH and r.rounds < max_rounds and worth_more_rounds(
+                    reference, candidate, max_rounds):
+                wide.update((a, b))
+                counts.append(r.rounds)
         if not wide:
             return
-        print(f"  {len(wide)} candidate(s) of a headline still too noisy to call: {EXTRA_ROUNDS} more rounds",
-              flush=True)
-        timing.run(EXTRA_ROUNDS, block, sorted(wide))
+        more = next_rounds(min(counts), max_rounds) - min(counts)
+        print(f"  {len(wide)} candidate(s) of a headline still too noisy to call: {more} more rounds", flush=True)
+        timing.run(more, block, sorted(wide))
+
+
+def worth_more_rounds(reference: list[float], candidate: list[float], max_rounds: int) -> bool:
+    """Whether ``max_rounds`` paired rounds can be expected to give an interval no wider than
+    MAX_WIDTH: theirs would take the k-th smallest and largest per-round ratio (stats.order_statistic),
+    which lie about k / (max_rounds + 1) of the way in from either end, so the rounds so far, read at
+    those quantiles, predict its width."""
+    ratios = [a / b for a, b in zip(reference, candidate)]
+    q = order_statistic(max_rounds) / (max_rounds + 1)
+    low, high = np.quantile(ratios, [q, 1 - q])
+    return (high - low) / statistics.median(ratios) <= MAX_WIDTH
+
+
+def next_rounds(rounds: int, max_rounds: int) -> int:
+    """The least count of rounds above ``rounds`` whose interval takes order statistics further in
+    (9, 12, 15, 17, ... rounds: in between, an added round can only widen it), at most ``max_rounds``."""
+    more = rounds + 1
+    while more < max_rounds and order_statistic(more) <= order_statistic(rounds):
+        more += 1
+    return min(more, max_rounds)
 
 
 def summarize(found: Any, timing: Any, cost: dict) -> dict:
@@ -160,8 +198,9 @@ def summarize(found: Any, timing: Any, cost: dict) -> dict:
                       "fraction_of_peak": None,   # use_peaks(), once the peak is measured again at the end
                       "size_vs_ort_default": c["size_bytes"] / ort if ort and c.get("size_bytes") else None,
                       "within_budget": within_budget(c),
-                      "process_spread": round(timing.spread(figures.timed(name)), 4)}
-    summary = {"eager_p50_ms": eager, "flops": found.flops,
+                      "process_spread": round(timing.spread(figures.timed(name)), 4),
+                      **cold_row(timing.cold_start(figures.cold(name)))}
+    summary = {"eager_p50_ms": eager, "eager_cold": cold_row(timing.cold_start("eager")), "flops": found.flops,
                "eager_achieved_gops": found.flops / (eager / 1e3) / 1e9 if found.flops else None,
                "budget": f"top-1 drop <= {TOP1_BUDGET} point where labelled, else SQNR >= {SQNR_BUDGET} dB"}
     for key, pair in figures.headline_pairs().items():
@@ -175,8 +214,57 @@ def summarize(found: Any, timing: Any, cost: dict) -> dict:
         summary[f"best_{precision}_peer"] = figures.best("peer", precision)
     summary.update(identical={n: c["same_as"] for n, c in found.candidates.items() if c.get("same_as")},
                    by_runtime=figures.by_runtime(), openvino=openvino_figures(figures, timing),
+                   cold=cold_figures(figures),
                    build_cost=cost, rows=rows)
     return summary
+
+
+def cold_row(cold: dict[str, Any]) -> dict[str, Any]:
+    """A row's cold-start figures (``COLD``, each the median over its processes; None where not
+    measured) beside the whole record (``cold_start``: ranges, process count, notes, or why not)."""
+    return {**{key: (cold.get(key) or {}).get("median") for key in COLD}, "cold_start": cold}
+
+
+def cold_figures(figures: Figures) -> dict[str, Any]:
+    """Which candidate starts fastest (load + first inference, its runtime already imported) and
+    which holds least memory over its process's baseline, eager included, each beside the runner-up
+    ("apart": their ranges over the processes do not overlap; else the processes' noise does not
+    separate them); and per runtime its candidates side by side, edgeship's and the peers', fastest
+    start first (a byte-identical file opened by the same loader is measured once, as ``same_as``;
+    by another loader, apart: ``own_cold_start``)."""
+    timing, candidates = figures.timing, figures.candidates
+    measured = {name: timing.cold_start(name) for name in candidates
+                if figures.cold(name) == name and "not_measured" not in timing.cold_start(name)}
+    by_runtime: dict[str, list[dict[str, Any]]] = {}
+    for name, c in candidates.items():
+        if figures.p50(name) is None:   # not loaded: not in the rows either
+            continue
+        row = {k: v for k, v in cold_row(timing.cold_start(figures.cold(name))).items() if k != "cold_start"}
+        by_runtime.setdefault(c["runtime"], []).append({"candidate": name, "kind": c["kind"],
+                                                        "same_as": c.get("same_as"),
+                                                        "own_cold_start": figures.cold(name) == name, **row})
+
+    def start(row: dict[str, Any]) -> tuple[bool, float]:
+        return row["start_ms"] is None, row["start_ms"] or 0.0
+    for rows in by_runtime.values():
+        rows.sort(key=start)
+    return {**{key: _least(measured, figure, candidates) for key, figure, _, _ in LEAST},
+            "by_runtime": dict(sorted(by_runtime.items(), key=lambda kv: start(kv[1][0])))}
+
+
+def _least(measured: dict[str, dict], key: str, candidates: dict[str, dict]) -> dict[str, Any] | None:
+    """The candidate with the least median ``key``, the runner-up, and whether their ranges are apart."""
+    ranked = sorted((cold[key]["median"], name) for name, cold in measured.items() if cold.get(key))
+    if not ranked:
+        return None
+    best = ranked[0][1]
+    out = {"candidate": best, "runtime": candidates[best]["runtime"], "figure": key, key: measured[best][key]}
+    if len(ranked) > 1:
+        runner = ranked[1][1]
+        out.update(runner_up=runner, runner_up_runtime=candidates[runner]["runtime"],
+                   **{f"runner_up_{key}": measured[runner][key]},
+                   apart=measured[best][key]["high"] < measured[runner][key]["low"])
+    return out
 
 
 def openvino_figures(figures: Figures, timing: Any) -> dict | None:
@@ -275,6 +363,7 @@ def print_table(results: dict) -> None:
                 print(f"{model}, {name}: {r['note']}")
     print_runtimes(results)
     print_openvino(results)
+    print_cold(results)
 
 
 def print_runtimes(results: dict) -> None:
@@ -322,6 +411,62 @@ def print_openvino(results: dict) -> None:
         drops = [f"{p} {_fmt(ov[f'{p}_top1_drop'])}" for p in used if ov.get(f"{p}_top1_drop") is not None]
         if drops:
             print(f"  top-1 drop (points): {'; '.join(drops)}")
+
+
+def print_cold(results: dict) -> None:
+    """Per model, every candidate's cold start and memory, each runtime's candidates side by side
+    (edgeship's and the peers'), then which starts fastest and which holds least."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="cold start and memory: each candidate in fresh processes (one shot each: the median, and "
+                        "the lowest-highest over its processes), loaded one at a time; start = load + first "
+                        "inference (the runtime imported before); memory = peak RSS (VmHWM) after the warmup, and "
+                        "over the process's own RSS before the import", title_justify="left")
+    for col in ("model", "runtime", "candidate", "prec", "import ms", "load ms", "1st inference ms", "start ms",
+                "with import ms", "steady p50 ms", "peak RSS MiB", "over baseline MiB"):
+        table.add_column(col, justify="left" if col in ("model", "runtime", "candidate") else "right")
+    for model, m in results["models"].items():
+        cold = m.get("cold")
+        if not cold:
+            continue
+        rows = {"eager": {**m["eager_cold"], "precision": "fp32", "p50_ms": m["eager_p50_ms"]}, **m["rows"]}
+        for i, (runtime, group) in enumerate(cold["by_runtime"].items()):
+            for j, entry in enumerate(group):
+                r, name = rows[entry["candidate"]], entry["candidate"]
+                record = r["cold_start"]
+                same = (f" (same file as {entry['same_as']}{', its own loader' if entry['own_cold_start'] else ''})"
+                        if entry.get("same_as") else "")
+                cells = ([f"not measured: {record['not_measured']}", *[""] * 6] if "not_measured" in record else
+                         [_fmt(r["import_ms"], 1), _fmt(r["load_ms"], 1), _fmt(r["first_inference_ms"], 1),
+                          _spread(record["start_ms"], 1), _fmt(r["ready_ms"], 1), _fmt(r["p50_ms"], 3),
+                          _fmt(r["peak_rss_mb"], 0), _spread(record["rss_over_baseline_mb"], 0)])
+                table.add_row(model if i == j == 0 else "", runtime if j == 0 else "", name + same, r["precision"],
+                              *cells, end_section=j == len(group) - 1 and i == len(cold["by_runtime"]) - 1)
+    Console(width=200).print(table)
+    for model, m in results["models"].items():
+        cold = m.get("cold") or {}
+        for key, _, what, unit in LEAST:
+            best = cold.get(key)
+            if best:
+                print(f"{model}: {what}: {_least_text(best, unit)}")
+
+
+def _least_text(best: dict, unit: str) -> str:
+    key = best["figure"]
+    text = f"{best['candidate']} ({best['runtime']}) {_spread(best[key], 1)} {unit}"
+    if "runner_up" not in best:
+        return text
+    verdict = "apart" if best["apart"] else "≈ the ranges overlap: not separated"
+    return (f"{text}; runner-up {best['runner_up']} ({best['runner_up_runtime']}) "
+            f"{_spread(best['runner_up_' + key], 1)} {unit} ({verdict})")
+
+
+def _spread(figure: dict | None, digits: int) -> str:
+    """median [low-high] of a cold-start figure over the processes."""
+    if not figure:
+        return "-"
+    return f"{figure['median']:.{digits}f} [{figure['low']:.{digits}f}-{figure['high']:.{digits}f}]"
 
 
 def _target(ov: dict, key: str) -> str:

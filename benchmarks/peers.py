@@ -1,7 +1,9 @@
 """What a user would reach for instead of edgeship, each in its plain, documented default form.
 
 ``make_*`` run in the benchmark's process and write the peer's artifact; ``load_*`` run in a
-timing worker (benchmarks/harness.py) and return a callable on a list of numpy arrays.
+timing worker (benchmarks/harness.py) and return a callable on a list of numpy arrays; each names
+the modules it imports first (``imports``), so the worker times the runtime's import apart from the
+load, as edgeship's runners do.
 
 fp32: a plain ``torch.onnx.export`` in an ONNX Runtime default session, ExecuTorch's documented
 XNNPACK flow, ``torch.compile``. int8: each runtime's own quantizer called with its defaults on
@@ -24,6 +26,8 @@ import contextlib
 import io
 from pathlib import Path
 from typing import Any
+
+from harness import imports
 
 
 def make_ort_default(module: Any, example: tuple[Any, ...], folder: Path) -> Path:
@@ -48,6 +52,7 @@ def parts_of(path: Path) -> list[Path]:
     return [path, *[p for p in extra if p is not None and p.exists()]]
 
 
+@imports("onnxruntime")
 def load_ort_default(path: str) -> Any:
     """An ONNX Runtime session with default options."""
     import onnxruntime as ort
@@ -182,11 +187,13 @@ class OpenVinoDefault:
         return list(self.request.infer(list(arrays)).to_tuple())
 
 
+@imports("openvino")
 def load_openvino_default(path: str) -> Any:
     """The IR at the CPU plugin's defaults (``OpenVinoDefault``)."""
     return OpenVinoDefault(path)
 
 
+@imports("torch", "executorch.runtime")
 def load_executorch_default(path: str) -> Any:
     """The runtime's documented load_program / load_method / execute."""
     import torch
@@ -196,8 +203,11 @@ def load_executorch_default(path: str) -> Any:
     return lambda arrays: method.execute([torch.from_numpy(a) for a in arrays])
 
 
+@imports("torch", "edgeship.model")
 def load_torch_compile(spec: dict, base_dir: str) -> Any:
-    """``torch.compile`` (inductor on the CPU) with its defaults; compiled on the first call."""
+    """``torch.compile`` (inductor on the CPU) with its defaults; compiled on the first call (so its
+    first inference is the compile: here from inductor's on-disk cache, which the accuracy run in
+    the bench's own process has filled)."""
     import torch
 
     from edgeship.model import load_model

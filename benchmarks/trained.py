@@ -10,16 +10,20 @@ figures mean").
 Each model's host, android and x86 profiles are built with the real command (cold, own stage cache);
 every artifact that runs here is loaded by edgeship's own device runner and timed in interleaved
 rounds with eager PyTorch (benchmarks/harness.py: each candidate in worker processes of its own,
-every runtime at its default thread count), on the first evaluation sample. Ratios come with
+every runtime at its default thread count), on the first evaluation sample. With ``--reuse-builds``
+(make bench), a model bench.py has just built for every profile (the demo) is taken from its folder
+rather than built again: the same command on the same files. Ratios come with
 sign-test intervals over the rounds (benchmarks/stats.py); an interval holding 1.0 is a tie (≈).
 Per row: the task figures from the build's results.json (demo: top-1 and its drop, SQNR; MiniLM:
 mean and worst cosine against float, recall@1 of each sentence's nearest neighbour against float and
 against its paraphrase, Spearman of all pairwise similarities), the layers keep_float = "auto" kept
 in float, the size, p50, the speed-up over eager, and for int8 the p50 ratio to its fp32 sibling on
-the same runtime; the machine's measured fp32 and int8 GEMM peaks, which bound what int8 can gain
+the same runtime, and its cold start and memory (benchmarks/harness.py: load, first inference, peak
+RSS over the process's baseline); the machine's measured fp32 and int8 GEMM peaks, which bound what int8 can gain
 here. Written to benchmarks/results/trained.json; nothing is asserted.
 
-    python benchmarks/trained.py [--models digitnet,minilm] [--profiles host,android,x86] [--rounds 7]
+    python benchmarks/trained.py [--models digitnet,minilm] [--profiles host,android,x86] [--rounds 6]
+                                 [--reuse-builds benchmarks/.work]
 """
 from __future__ import annotations
 
@@ -36,8 +40,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]
 
-from bench import build  # noqa: E402
+from bench import BUILDS, build  # noqa: E402
 from harness import Timing  # noqa: E402
+from headline import cold_row  # noqa: E402
 from stats import ratio  # noqa: E402
 
 MODELS = {"digitnet": REPO / "edgeship" / "demo" / "model.toml", "minilm": REPO / "examples" / "minilm" / "model.toml"}
@@ -45,6 +50,23 @@ PROFILES = ("host", "android", "x86")
 OUT = HERE / "results" / "trained.json"
 WORK = HERE / ".work" / "trained"
 FP32_SIBLING = {"int8": "fp32", "bf16": "fp32", "fp16": "fp32"}
+
+
+def builds_of(model: str, profiles: list[str], reuse: Path | None) -> tuple[Path, dict[str, float], str | None]:
+    """The folder holding the model's builds for ``profiles``, each build's cold seconds, and where
+    they were reused from: bench.py's (``reuse``/<model>, whose builds.json names the same model
+    spec and every profile: the same command on the same files made them) or, without them, built
+    here with the real command (cold, in a folder and stage cache of their own)."""
+    if reuse is not None and (reuse / model / BUILDS).exists():
+        folder = (reuse / model).resolve()
+        made = json.loads((folder / BUILDS).read_text())
+        if made["spec"] == str(MODELS[model].resolve()) and all(
+                p in made["build_cost"] and (folder / p / "results.json").exists() for p in profiles):
+            return folder, {p: made["build_cost"][p]["cold_build_seconds"] for p in profiles}, str(folder)
+    folder = WORK / model
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder, {p: round(build(MODELS[model], p, folder)[0], 1) for p in profiles}, None
 
 
 def candidates(spec_path: Path, folder: Path, profiles: list[str]) -> tuple[dict[str, dict], list]:
@@ -107,6 +129,7 @@ def row_of(name: str, found: dict[str, dict], timing: Timing) -> dict[str, Any]:
     if row["p50_ms"] is None:
         row["not_timed"] = timing.failed.get(timed_as, "could not be loaded")
         return row
+    row.update(cold_row(timing.cold_start(timed_as)))
     if name != "eager":
         row["vs_eager"] = ratio(*timing.paired("eager", timed_as)).as_dict()
     sibling = fp32_sibling(name, found)
@@ -142,17 +165,22 @@ def print_rows(model: str, rows: dict[str, dict]) -> None:
         sib_text = f" {sib['value']:.2f} [{sib['low']:.2f}, {sib['high']:.2f}] of fp32" if sib else ""
         size = f"{row['size_bytes'] / 2**20:.1f} MiB" if row.get("size_bytes") else "-"
         kept = f" kept {row['kept_float']}" if row.get("kept_float") else ""
-        print(f"  {name:<38} {size:>10} {p50:>12}{vs}{sib_text}  {task}{kept}", flush=True)
+        cold = (f"  start {row['start_ms']:.1f} ms, +{row['rss_over_baseline_mb']:.0f} MiB"
+                if row.get("start_ms") is not None and row.get("rss_over_baseline_mb") is not None else "")
+        print(f"  {name:<38} {size:>10} {p50:>12}{vs}{sib_text}{cold}  {task}{kept}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--profiles", default=",".join(PROFILES))
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds (as bench.py's)")
     parser.add_argument("--block", type=int, default=15)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--reuse-builds", type=Path, default=None,
+                        help="bench.py's work folder (benchmarks/.work) of the run just before, on the same "
+                             "checkout: a model it built for every profile here is not built again (make bench)")
     args = parser.parse_args()
     from bench import _cpu
     from harness import machine_peaks
@@ -166,14 +194,12 @@ def main() -> None:
                                "settings": {"profiles": profiles, "rounds": args.rounds, "processes": args.processes,
                                             "block": args.block}, "models": {}}
     for model in args.models.split(","):
-        folder = WORK / model
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        builds = {p: round(build(MODELS[model], p, folder)[0], 1) for p in profiles}
-        print(f"{model}: built {', '.join(f'{p} in {s:.0f} s' for p, s in builds.items())}", flush=True)
+        folder, builds, reused = builds_of(model, profiles, args.reuse_builds)
+        print(f"{model}: built {', '.join(f'{p} in {s:.0f} s' for p, s in builds.items())}"
+              f"{f' (bench.py built them: reused from {reused})' if reused else ''}", flush=True)
         found, inputs = candidates(MODELS[model], folder, profiles)
         rows = time_all(found, inputs, args)
-        results["models"][model] = {"build_seconds": builds, "rows": rows}
+        results["models"][model] = {"build_seconds": builds, "builds_reused_from": reused, "rows": rows}
         print_rows(model, rows)
     results["seconds"] = round(time.perf_counter() - started, 1)
     out = args.out.resolve()

@@ -144,7 +144,8 @@ def web_figures(rows: dict[str, dict[str, Any]], timing: Any) -> dict[str, Any]:
     for name, c in rows.items():
         figures["rows"][name] = {**{k: v for k, v in c.items() if k != "job"}, "p50_ms": timing.p50(name),
                                  "process_spread": round(timing.spread(name), 4) if name in timing.names else None,
-                                 "failed": timing.failed.get(name)}
+                                 "failed": timing.failed.get(name),
+                                 "cold_start": timing.cold_start(name)}   # a page's: not measured, and why
     for t in THREADS:
         figures[f"threads_{t}"] = {
             "web_fp32_vs_native": r(f"native onnxruntime web-fp32 @{t}", f"web-fp32 @{t}"),
