@@ -108,11 +108,22 @@ def missing_compiler():
     return "%s (%s not found; or set CXX)" % (NO_COMPILER, ", ".join(names) or "g++")
 
 
+def compile_program(program, package_path, configs):
+    """aoti_compile_and_package with grad mode off: Inductor applies ``freezing`` (weights folded and
+    prepacked, conv+bn+relu fused into oneDNN calls) only when grad is disabled; with it on, the
+    package calls plain aten convolutions on unfolded weights, whatever the config says."""
+    import torch
+    from torch._inductor import aoti_compile_and_package
+
+    with torch.no_grad():
+        return aoti_compile_and_package(program, package_path=package_path, inductor_configs=configs)
+
+
 def build_package(exported_path, settings, dest):
     """Compile the exported program at ``exported_path`` with ``settings`` for this machine's CPU into
     an AOTInductor package at ``dest`` (written atomically); returns the package's metadata."""
     import torch
-    from torch._inductor import aoti_compile_and_package, exc
+    from torch._inductor import exc
 
     problem = missing_compiler()
     if problem:
@@ -128,7 +139,7 @@ def build_package(exported_path, settings, dest):
     work = tempfile.mkdtemp(prefix=".%s.tmp-" % name, dir=folder)  # beside dest: os.replace stays on one disk
     try:
         tmp = os.path.join(work, name)  # the archive's folder is named after the file
-        aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
+        compile_program(program, tmp, configs)
         os.replace(tmp, dest)
     except exc.InvalidCxxCompiler:
         raise RuntimeError(NO_COMPILER) from None

@@ -15,14 +15,19 @@ cross-compile, so it is compiled where ``options.compile_on`` says (``backends/a
   counts against the job's timeout, ``[latency] timeout_s``.
 
 Inductor's own loops run with the thread count set at run time unless ``options.threads``
-compiles one in. int8 is refused at plan time (``AOTI_INT8_REFUSAL`` in backends/aoti/spec.py).
+compiles one in. Compiling runs with grad mode off, without which Inductor ignores ``freezing``
+(``build.compile_program``). int8 (``backends/aoti/quantize.py``) is compiled here, frozen, and
+refused unless the package calls oneDNN int8 kernels. The kernels a package calls are read from its
+generated wrapper (``package_calls``) into ``details["kernels"]``.
 """
 from __future__ import annotations
 
 import json
 import os
 import platform
+import re
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -31,7 +36,8 @@ import numpy as np
 from edgeship import outputs
 from edgeship.backends.aoti import build as aoti_build
 from edgeship.backends.aoti.cpu import IsaChoice, choose_isa, compile_where, cxx_version, missing_flags
-from edgeship.backends.aoti.spec import AOTI_INT8_REFUSAL, AotiSpec
+from edgeship.backends.aoti.quantize import checked_int8, quantize_x86
+from edgeship.backends.aoti.spec import AotiSpec
 from edgeship.backends.base import Artifact, Backend, LowerRequest, Predict
 from edgeship.backends.spec import TargetCpu
 from edgeship.devices.cpu import cpu_facts
@@ -52,18 +58,33 @@ class AotiBackend(AotiSpec, Backend):
     the exported program for the devices to compile."""
 
     def lower(self, request: LowerRequest) -> Artifact:
-        if request.variant.precision != "fp32":
-            raise LoweringError(AOTI_INT8_REFUSAL)
         opts, build = cast(AotiSpec.Options, request.options), cpu_facts()
         targets = request.cpus if request.cpus is not None else [("host", build)]
         where, why = compile_where(opts.compile_on, targets, build)
+        if where == "device" and request.variant.precision == "int8":
+            raise LoweringError(f"aoti int8 is compiled on this machine only ({why}): its quantizer targets "
+                                "x86 oneDNN kernels, and the package is checked for them here")
         choice = choose_isa(opts.isa, targets, build, where)
         if where == "device":
             return self._write_program(request, choice, why)
-        return self._compile_here(request, targets, choice, why)
+        program = cast("torch.export.ExportedProgram", request.captured.program)  # an export capture
+        if request.variant.precision != "int8":
+            return self._compile_here(request, program, targets, choice, why)
+        program, quantized = quantize_x86(request)
+        artifact = self._compile_here(request, program, targets, choice, why)
+        try:
+            kernels = checked_int8(artifact.details["kernels"])
+        except LoweringError:
+            request.dest.unlink(missing_ok=True)  # not an int8 artifact: nothing is left to ship
+            raise
+        artifact.details["quantization"] = quantized.details
+        artifact.notes[:0] = quantized.notes
+        artifact.notes.append("oneDNN int8 kernels in the package: "
+                              + ", ".join(f"{name} x{n}" for name, n in sorted(kernels.items())))
+        return artifact
 
-    def _compile_here(self, request: LowerRequest, targets: list[TargetCpu], choice: IsaChoice,
-                      why: str) -> Artifact:
+    def _compile_here(self, request: LowerRequest, program: torch.export.ExportedProgram,
+                      targets: list[TargetCpu], choice: IsaChoice, why: str) -> Artifact:
         opts = cast(AotiSpec.Options, request.options)
         path, compiler = cxx_version()
         if path is None:
@@ -75,20 +96,18 @@ class AotiBackend(AotiSpec, Backend):
             if lacking:
                 raise LoweringError(f"Inductor's vector code for this build CPU ({vec}) needs {', '.join(lacking)}, "
                                     f"which device {name} lacks: set options.isa to a lower level")
-        from torch._inductor import aoti_compile_and_package
-
         # Inductor names the archive's top folder after the file: compile to the final name in a folder
         # of its own, then move it into place.
         with atomic_output(request.dest) as tmp, \
                 tempfile.TemporaryDirectory(prefix=".aoti-", dir=request.dest.parent) as work:
             named = Path(work) / request.dest.name
-            program = cast("torch.export.ExportedProgram", request.captured.program)  # an export capture
-            aoti_compile_and_package(program, package_path=str(named), inductor_configs=configs)
+            aoti_build.compile_program(program, str(named), configs)
             os.replace(named, tmp)
         details = {"compile_on": "build", "compile_on_why": why, "isa": choice.level, "isa_why": choice.why,
                    "march": choice.march or "native", "vec_isa": vec, "cpu_flags_required": required,
                    "build_cpu": cpu_facts().get("model"), "arch": platform.machine(), "compiler": compiler,
-                   "threads": opts.threads or "set at run time", "freezing": opts.freezing}
+                   "threads": opts.threads or "set at run time", "freezing": opts.freezing,
+                   "kernels": package_calls(request.dest)}
         notes = [f"compiled for {choice.level} ({choice.why}); needs {', '.join(required) or 'no extension'}"]
         if request.captured.dynamic:
             notes.append(check_sizes(request.captured, self.load(request.dest, opts)))
@@ -119,6 +138,19 @@ def compile_settings(opts: AotiSpec.Options, choice: IsaChoice) -> dict[str, Any
     the options (freezing, threads, max_autotune)."""
     return {"isa": choice.level, "march": choice.march, "simdlen": choice.simdlen, "flags": list(choice.flags),
             "freezing": opts.freezing, "threads": opts.threads, "max_autotune": opts.max_autotune}
+
+
+def package_calls(path: Path) -> dict[str, int]:
+    """The ATen / oneDNN kernels an AOTInductor package's generated wrapper calls
+    (``aoti_torch_cpu_<name>`` shims: ``mkldnn__convolution_pointwise``, ``_qconv_pointwise_tensor``,
+    ``convolution`` ...) and how often; Inductor's own fused loops are not among them."""
+    calls: dict[str, int] = {}
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if name.endswith(".wrapper.cpp"):
+                for call in re.findall(r"\baoti_torch_cpu_(\w+)\(", archive.read(name).decode("utf-8", "replace")):
+                    calls[call] = calls.get(call, 0) + 1
+    return dict(sorted(calls.items()))
 
 
 def torch_predict(module: torch.nn.Module) -> Predict:

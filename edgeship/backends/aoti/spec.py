@@ -8,16 +8,13 @@ from pydantic import Field
 
 from edgeship.backends.spec import BackendSpec, TargetCpu, Variant
 from edgeship.config import StrictModel
+from edgeship.quantize.settings import QuantizationSupport
 
-# int8 for AOTInductor, tried on this torch (2.14.1, torchao 0.18; docs/ARCHITECTURE.md "LibTorch").
-AOTI_INT8_REFUSAL = (
-    "precision \"int8\" is refused for aoti: PT2E with torchao's X86InductorQuantizer does not lower to int8 "
-    "kernels through AOTInductor on this torch. Tried on resnet18: the quantizer stops on torchvision's blocks "
-    "(\"Input partition has more than one output node\": a ReLU module called twice); with that worked around, "
-    "the .pt2 holds 20 float convolution calls and no oneDNN qconv (the int8 weights are dequantized to fp32 "
-    "at run time, pytorch/ao#4566), 30.1 ms against fp32's 30.9 ms; lowering with lower_pt2e_quantized_to_x86 "
-    "first leaves oneDNN-packed weights torch.export cannot trace (as_strided). Ship aoti-fp32, or int8 with "
-    "onnx or executorch")
+# int8 for AOTInductor: PT2E with torchao's X86InductorQuantizer (backends/aoti/quantize.py), compiled
+# frozen into oneDNN qconv / qlinear kernels. Static, per-channel weights only.
+AOTI_QUANTIZATION = QuantizationSupport(
+    schemes=("static",), methods=("histogram", "minmax"), default_method="histogram",
+    engines="PT2E with torchao's X86InductorQuantizer, compiled frozen to oneDNN int8 kernels")
 # How far a package's code may go past the baseline x86-64 instruction set: -march and Inductor's
 # vector ISA (what each level needs of the CPU it runs on is in backends/aoti/cpu.py).
 AOTI_ISAS = ("auto", "native", "avx512", "avx2", "generic")
@@ -35,6 +32,7 @@ class AotiSpec(BackendSpec):
     bundle_templates = {"README.md:linux-loads": "app/README.linux-loads.md.j2",
                         "README.md:linux-cpu": "app/README.linux-cpu.md.j2"}
     precisions = ("fp32", "int8")
+    quantization = AOTI_QUANTIZATION
     dynamic_shapes = None  # torch.export's ranges are compiled in; lowering runs min, opt and max
 
     class Options(StrictModel):
@@ -78,15 +76,32 @@ class AotiSpec(BackendSpec):
 
     @classmethod
     def cpu_dependence(cls, variant: Variant, cpus: list[TargetCpu]) -> dict[str, Any] | None:
-        """Native code: for which instruction set and, compiled here, by which compiler (cpu.target_isa)."""
+        """Native code: for which instruction set and, compiled here, by which compiler (cpu.target_isa);
+        for int8, whether the weights are 7-bit (quantize/cpu_choice.saturation)."""
         from edgeship.backends.aoti.cpu import target_isa
         from edgeship.devices.cpu import cpu_facts
 
         if not cls.reads_cpus(variant):
             return None
         options = cls.parse_options(variant.options)
-        return {"aoti_isa": target_isa(options.isa, options.compile_on, cpus, cpu_facts())}
+        found: dict[str, Any] = {"aoti_isa": target_isa(options.isa, options.compile_on, cpus, cpu_facts())}
+        if variant.precision == "int8":  # 7-bit weights where a target's u8 x s8 kernels may saturate
+            from edgeship.quantize.cpu_choice import saturation
+
+            found["int8_reduce_range"] = saturation(cpus)[0]
+        return found
 
     @classmethod
     def variant_problems(cls, precision: str, options: dict[str, Any]) -> list[str]:
-        return [AOTI_INT8_REFUSAL] if precision == "int8" else []
+        """int8 needs freezing (without it Inductor leaves the dequantized weights in float and calls no
+        int8 kernel) and a package compiled here (its quantizer targets x86 oneDNN)."""
+        if precision != "int8":
+            return []
+        problems = []
+        if options.get("freezing") is False:
+            problems.append("precision \"int8\" needs options.freezing = true for aoti: unfrozen, Inductor computes "
+                            "the quantized program in float and the package holds no int8 kernel")
+        if options.get("compile_on") == "device":
+            problems.append("precision \"int8\" is compiled on the build machine for aoti (its quantizer targets x86 "
+                            "oneDNN kernels): compile_on = \"device\" is not supported for it")
+        return problems

@@ -12,6 +12,7 @@ import pytest
 
 from edgeship.backends.aoti import build as aoti_build
 from edgeship.backends.aoti import device as aoti_device
+from edgeship.backends.aoti import lower as aoti_lower
 from edgeship.backends.aoti.build import vec_isa_flags
 from edgeship.backends.aoti.cpu import LEVELS, choose_isa, compile_where
 from edgeship.backends.base import LowerRequest
@@ -37,6 +38,11 @@ def test_aoti_fp32_matches_eager_and_names_the_cpu_flags_it_was_compiled_for(low
     artifact, predict = lower("aoti", "export")
     assert artifact.path.suffix == ".pt2" and sqnr_against_eager(tiny_model, predict) >= 60
     details, here = artifact.details, cpu_facts()
+    # Frozen (lowered with grad mode on, as a pipeline runs): batch norm folded into prepacked oneDNN
+    # convolutions with their ReLU fused, read from the package's generated wrapper; no plain aten call.
+    calls = details["kernels"]
+    assert calls.get("mkldnn__convolution_pointwise", 0) >= 1 and "convolution" not in calls, calls
+    assert calls == aoti_lower.package_calls(artifact.path)
     assert details["isa"] == "native" and details["march"] == "native"  # built for, and run on, this machine
     assert details["compiler"] and details["threads"] == "set at run time"
     assert set(details["cpu_flags_required"]) == set(here["flags"])
@@ -95,12 +101,17 @@ def test_the_runner_checks_a_packages_cpu_needs_or_says_why_it_could_not() -> No
         aoti_device.check_package_cpu({**needs, "edgeship.cpu_flags": "avx2,amx_tile"}, EPYC)
 
 
-def test_aoti_int8_is_refused_at_plan_time_with_what_was_tried(tmp_path: Path) -> None:
+def test_aoti_int8_is_refused_at_plan_time_unfrozen_or_compiled_on_the_device(tmp_path: Path) -> None:
     from edgeship.profile import load_profile
 
+    for options, said in (("freezing = false", "needs options.freezing = true"),
+                          ('compile_on = "device"', 'compile_on = "device" is not supported for it')):
+        (tmp_path / "p.toml").write_text('[[variants]]\nname = "q"\nbackend = "aoti"\nprecision = "int8"\n'
+                                         f"options = {{ {options} }}\n")
+        with pytest.raises(ProfileError, match=re.escape(said)):
+            load_profile(tmp_path / "p.toml")
     (tmp_path / "p.toml").write_text('[[variants]]\nname = "q"\nbackend = "aoti"\nprecision = "int8"\n')
-    with pytest.raises(ProfileError, match=r'precision "int8" is refused for aoti: .*pytorch/ao#4566'):
-        load_profile(tmp_path / "p.toml")
+    assert load_profile(tmp_path / "p.toml").variants[0].precision == "int8"
 
 
 def _lower_for_device(model, dest: Path, **options):
