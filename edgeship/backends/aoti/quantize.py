@@ -14,25 +14,16 @@ ExecuTorch's PT2E path does (its functions are reused: they read conv / linear n
 """
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any, cast
 
 from edgeship.backends.base import LowerRequest
-from edgeship.backends.executorch.quantize import (
-    _export,
-    graph_ops,
-    layer_sensitivity,
-    one_layer_runs,
-    run_graph,
-)
 from edgeship.errors import LoweringError
 from edgeship.lowering.capture import Captured
-from edgeship.quantize.autokeep import AutoKeep
 from edgeship.quantize.cpu_choice import saturation, this_machine
-from edgeship.quantize.observers import CALIBRATION_BATCH, calibrate_observers
+from edgeship.quantize.observers import CALIBRATION_BATCH
+from edgeship.quantize.pt2e import export_quantized, graph_ops, static_with_fallback
 from edgeship.quantize.quantized import Quantized
 from edgeship.quantize.scope import choose_scope
-from edgeship.quantize.sensitivity import Outputs, sensitivity_and_fallback
 from edgeship.quantize.settings import QuantizationSettings
 
 if TYPE_CHECKING:
@@ -61,34 +52,16 @@ def quantize_x86(request: LowerRequest) -> tuple[torch.export.ExportedProgram, Q
     key = {"kind": "pt2e-x86-inductor", "weights_sha256": captured.model.state_sha256, "method": method,
            "reduce_range": reduce_range, "weighted_only": scope.weighted}
 
-    def convert(kept: list[str], key: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
-        from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-        quantizer = x86_quantizer(method, reduce_range, kept, scope.weighted)
-        prepared = prepare_pt2e(program.module(), quantizer)
-        facts = calibrate_observers(prepared, data, batch[0], request.cache, key, flexible=batch[1])
-        return copy.deepcopy(prepared), convert_pt2e(prepared), facts
-
-    prepared, converted, facts = convert([], key)
-    measure = lambda sample, size: layer_sensitivity(prepared, converted, sample, size)  # noqa: E731
-    one_layer = lambda sample, size: one_layer_runs(prepared, sample, size)  # noqa: E731
-
-    def real(kept: list[str]) -> Outputs:  # the converted graph with ``kept`` in float, as the artifact is
-        model = convert(kept, {**key, "kept_float": kept})[1] if kept else converted
-        return run_graph(model, data, min(batch[0], len(data)) if batch[1] else batch[0])
-
-    report, excluded = sensitivity_and_fallback(settings.sensitivity, settings.keep_float, data, batch,
-                                                request.dest.parent, measure, one_layer,
-                                                AutoKeep(request.budget, real))
-    if excluded:
-        _, converted, facts = convert(excluded, {**key, "kept_float": excluded})
+    converted, facts, excluded, report = static_with_fallback(
+        request, settings, program, batch, data, key,
+        lambda kept: x86_quantizer(method, reduce_range, kept, scope.weighted))
     done = Quantized.describe(
         "static", "oneDNN int8 through AOTInductor (PT2E, X86InductorQuantizer)", method=method,
         samples=len(data), per_channel=True, reduce_range=reduce_range, reduce_range_why=range_why,
         **scope.details(), kept_float=excluded, sensitivity=report, calibration={**facts, "data": data.source})
     done.notes.append(f"int8 operators: {scope.reason}")
     done.notes.append(("7-bit weights: " if reduce_range else "8-bit weights: ") + range_why)
-    return _export(converted, captured), done
+    return export_quantized(converted, captured), done
 
 
 def strict_program(captured: Captured) -> tuple[torch.export.ExportedProgram, tuple[int, bool]]:
