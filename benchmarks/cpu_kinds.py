@@ -70,13 +70,16 @@ VARIANTS = [
 
 
 def toml(value: object) -> str:
+    """A value as TOML, tables inline (benchmarks/runtime_profile.py writes its profile with it too)."""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)
-    return "{ " + ", ".join(f"{k} = {toml(v)}" for k, v in value.items()) + " }"  # type: ignore[union-attr]
+    if isinstance(value, list):
+        return "[" + ", ".join(toml(v) for v in value) + "]"
+    return "{ " + ", ".join(f"{json.dumps(str(k))} = {toml(v)}" for k, v in value.items()) + " }"  # type: ignore[union-attr]
 
 
 def profile_text() -> str:

@@ -47,6 +47,7 @@ REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]
 
 import profile_layers as pl  # noqa: E402
+from cpu_kinds import toml  # noqa: E402
 
 WORK = HERE / ".work" / "profile"
 RESULT = HERE / "results" / "profile.json"
@@ -84,21 +85,8 @@ def write_profile(folder: Path) -> Path:
     doc = {"description": "int8 variants for benchmarks/runtime_profile.py", "capture": shipped["x86"]["capture"],
            "latency": {"warmup": 2, "iterations": 10}, "gates": shipped["x86"]["gates"], "variants": variants}
     path = folder / "profile-int8.toml"
-    path.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in doc.items()))
+    path.write_text("".join(f"{k} = {toml(v)}\n" for k, v in doc.items()))
     return path
-
-
-def _toml(value) -> str:
-    """A value as TOML, tables inline."""
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
 
 
 def openvino_profile(path: str, iterations: int) -> dict:
