@@ -92,7 +92,8 @@ DROPPED = {"created", "build_key", "toolchain", "seconds", "capture_seconds", "s
            "contended", "attempts", "cv_above_max", "vs_first_device", "load_ms", "peak_rss_mb", "reused",
            "p50_ms", "p90_ms", "p99_ms", "mean_ms", "std_ms", "cv", "weights_sha256", "size_mb", "build_cpu",
            "build_flags", "compiler", "cache", "key",  # key: a cache key, which hashes edgeship's source
-           "import_ms", "first_inference_ms", "rss_over_baseline_mb"}  # cold start and memory: added after it
+           "import_ms", "first_inference_ms", "rss_over_baseline_mb",  # cold start and memory: added after it
+           "kernels"}  # what an aoti package calls (lowering.details): added after it
 UNSTEADY = re.compile(r"^unsteady: cv .*")
 TOLERANCE_DB = 0.5  # SQNR of the same artifact on another CPU's kernels
 

@@ -15,8 +15,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 from harness import Timing, cold_start, status_mib  # noqa: E402
 
+from tests import system  # noqa: E402
+
 MIB = 1 << 20
-linux_only = pytest.mark.skipif(status_mib("VmRSS") is None, reason="memory is read from /proc/self/status (Linux)")
+linux_only = pytest.mark.skipif(status_mib("VmRSS") is None,
+                                reason=system.reason("os", "memory is read from /proc/self/status (Linux)"))
 
 
 def holding(mib: int, first_call_s: float = 0.0, log: str | None = None):

@@ -18,6 +18,7 @@ import pytest
 from edgeship.devices import runner
 from edgeship.devices.base import RUNNER_FILES
 from edgeship.devices.protocol import PROTOCOL_VERSION
+from tests import system
 
 IMPORT_MB, LOAD_MB, OUTPUT_MB, SAMPLES, FIRST_S = 32, 64, 1, 96, 0.25
 
@@ -78,7 +79,8 @@ def run_ballast(folder: Path, warmup: int = 2, iterations: int = 5) -> dict:
     return doc
 
 
-@pytest.mark.skipif(runner.memory_status() is None, reason="resident memory is read from /proc/self/status (Linux)")
+@pytest.mark.skipif(runner.memory_status() is None,
+                    reason=system.reason("os", "resident memory is read from /proc/self/status (Linux)"))
 def test_runner_memory_over_baseline_is_the_runtimes_not_the_interpreters_nor_the_evaluation_pass(
         ballast_folder) -> None:
     doc = run_ballast(ballast_folder)
