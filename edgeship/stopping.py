@@ -12,10 +12,18 @@ its folder: a few renames) runs ``deferred``: the signal is kept and raised when
 
 ``Interrupted`` is a KeyboardInterrupt, so code that passes Ctrl-C through passes it through too;
 the command exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
+
+The handlers are this process's only: a process a library forks from it (multiprocessing's "fork":
+OpenVINO's and NNCF's telemetry sends each event from one) starts with the handlers from before
+(``_reset_in_child``). A Python handler runs only between bytecodes, so a forked child stuck in C
+(telemetry's child, forked while another thread held libc's resolver lock, waits for that lock
+forever) would never act on the SIGTERM its parent's multiprocessing sends it at exit, and the
+command would wait for it at exit forever: an `edgeship build` hung so after its last line.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -30,6 +38,7 @@ GRACE_S = 1.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal or ssh session closed
 _running: dict[int, Cancellable] = {}   # id -> a device running a job now
 _state = {"deferred": 0, "pending": 0}  # blocks that defer the signal, and the signal kept meanwhile
+_before: dict[int, object] = {}   # while installed: the handlers it replaced, which a forked child gets back
 
 
 class Cancellable(Protocol):
@@ -59,11 +68,24 @@ def installed() -> Iterator[None]:
     STOP.clear()
     _state.update(deferred=0, pending=0)
     before = {s: signal.signal(s, _on_signal) for s in SIGNALS}
+    _before.update(before)
     try:
         yield
     finally:
+        _before.clear()
         for s, handler in before.items():
             signal.signal(s, handler)
+
+
+def _reset_in_child() -> None:
+    """In a process forked while the handlers are installed: the handlers from before them (see the
+    module's description)."""
+    for s, handler in _before.items():
+        signal.signal(s, handler)
+    _before.clear()
+
+
+os.register_at_fork(after_in_child=_reset_in_child)
 
 
 def _on_signal(signum: int, frame: object) -> None:

@@ -120,3 +120,39 @@ def test_faults_a_signal_stops_the_build_in_its_stage_and_the_folder_is_untouche
     left = [line for c, line in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert not left, left
     assert files(out) == before and not (out / WORK).exists() and not (out / LOCK).exists()
+
+
+FORKED_CHILD = """
+import ctypes, multiprocessing
+from edgeship import stopping
+
+libc = ctypes.CDLL(None)
+mutex = ctypes.create_string_buffer(64)   # a pthread_mutex_t, zeroed: unlocked
+libc.pthread_mutex_lock(mutex)   # held at the fork, as another thread held libc's resolver lock
+
+
+def stuck():   # what OpenVINO's telemetry child did: wait in C for a lock nobody will release
+    libc.pthread_mutex_lock(mutex)
+
+
+with stopping.installed():
+    child = multiprocessing.get_context("fork").Process(target=stuck, daemon=True)
+    child.start()
+    child.join(0.5)
+    child.terminate()   # what the library and multiprocessing's exit do with a child that hangs
+    child.join(10)
+    print(child.exitcode)
+    if child.is_alive():
+        child.kill()
+        child.join()
+"""
+
+
+def test_faults_a_child_a_library_forks_dies_at_sigterm_while_stuck_in_c() -> None:
+    """A build hung after its last line: OpenVINO's telemetry forked a child (multiprocessing) while
+    another of its threads held libc's resolver lock; the child waited for it forever, and with
+    edgeship's SIGTERM handler inherited it could not die of the SIGTERM sent to it, so the build
+    waited for it at exit. A forked child gets the handlers from before: killed by the signal (-15)."""
+    proc = subprocess.run([sys.executable, "-c", FORKED_CHILD], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == [str(-signal.SIGTERM)]
