@@ -123,7 +123,7 @@ def test_faults_a_signal_stops_the_build_in_its_stage_and_the_folder_is_untouche
 
 
 FORKED_CHILD = """
-import ctypes, multiprocessing
+import ctypes, multiprocessing, threading
 from edgeship import stopping
 
 libc = ctypes.CDLL(None)
@@ -135,7 +135,7 @@ def stuck():   # what OpenVINO's telemetry child did: wait in C for a lock nobod
     libc.pthread_mutex_lock(mutex)
 
 
-with stopping.installed():
+def send():   # the library forks from a thread of its pool, as here
     child = multiprocessing.get_context("fork").Process(target=stuck, daemon=True)
     child.start()
     child.join(0.5)
@@ -145,6 +145,12 @@ with stopping.installed():
     if child.is_alive():
         child.kill()
         child.join()
+
+
+with stopping.installed():
+    sender = threading.Thread(target=send)
+    sender.start()
+    sender.join()
 """
 
 
