@@ -14,7 +14,7 @@ its folder: a few renames) runs ``deferred``: the signal is kept and raised when
 the command exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
 
 The handlers are this process's only: a process a library forks from it (multiprocessing's "fork":
-OpenVINO's and NNCF's telemetry sends each event from one) starts with the handlers from before
+a runtime's usage telemetry sends each event from one) starts with the handlers from before
 (``_reset_in_child``). A Python handler runs only between bytecodes, so a forked child stuck in C
 (telemetry's child, forked while another thread held libc's resolver lock, waits for that lock
 forever) would never act on the SIGTERM its parent's multiprocessing sends it at exit, and the
