@@ -15,7 +15,7 @@ the command exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM, 12
 
 The handlers are this process's only: a process a library forks from it (multiprocessing's "fork":
 a runtime's usage telemetry sends each event from one) starts with the handlers from before
-(``_reset_in_child``). A Python handler runs only between bytecodes, so a forked child stuck in C
+(``_restore``). A Python handler runs only between bytecodes, so a forked child stuck in C
 (telemetry's child, forked while another thread held libc's resolver lock, waits for that lock
 forever) would never act on the SIGTERM its parent's multiprocessing sends it at exit, and the
 command would wait for it at exit forever: an `edgeship build` hung so after its last line.
@@ -38,7 +38,7 @@ GRACE_S = 1.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal or ssh session closed
 _running: dict[int, Cancellable] = {}   # id -> a device running a job now
 _state = {"deferred": 0, "pending": 0}  # blocks that defer the signal, and the signal kept meanwhile
-_before: dict[int, object] = {}   # while installed: the handlers it replaced, which a forked child gets back
+_before: dict[int, object] = {}   # while installed: the handlers it replaced
 
 
 class Cancellable(Protocol):
@@ -67,25 +67,22 @@ def installed() -> Iterator[None]:
         return
     STOP.clear()
     _state.update(deferred=0, pending=0)
-    before = {s: signal.signal(s, _on_signal) for s in SIGNALS}
-    _before.update(before)
+    _before.update({s: signal.signal(s, _on_signal) for s in SIGNALS})
     try:
         yield
     finally:
-        _before.clear()
-        for s, handler in before.items():
-            signal.signal(s, handler)
+        _restore()
 
 
-def _reset_in_child() -> None:
-    """In a process forked while the handlers are installed: the handlers from before them (see the
-    module's description)."""
+def _restore() -> None:
+    """The handlers from before ``installed``: when its block ends, and in a process forked while it
+    runs (see the module's description)."""
     for s, handler in _before.items():
         signal.signal(s, handler)
     _before.clear()
 
 
-os.register_at_fork(after_in_child=_reset_in_child)
+os.register_at_fork(after_in_child=_restore)
 
 
 def _on_signal(signum: int, frame: object) -> None:
