@@ -94,7 +94,8 @@ DROPPED = {"created", "build_key", "toolchain", "seconds", "capture_seconds", "s
            "build_flags", "compiler", "cache", "key",  # key: a cache key, which hashes edgeship's source
            "import_ms", "first_inference_ms", "rss_over_baseline_mb",  # cold start and memory: added after it
            "kernels"}  # what an aoti package calls (lowering.details): added after it
-UNSTEADY = re.compile(r"^unsteady: cv .*")
+# Notes that say how busy the machine was while a row was timed (its "contended" and "cv" keys are dropped too)
+UNSTEADY = re.compile(r"^(unsteady: cv |contended: other processes kept ).*")
 TOLERANCE_DB = 0.5  # SQNR of the same artifact on another CPU's kernels
 
 
@@ -145,6 +146,9 @@ def test_the_comparison_sees_a_changed_figure_and_a_renamed_key() -> None:
     before = {"variants": [{"accuracy": {"sqnr_db": 30.0, "top1": 0.99}, "notes": ["a"], "seconds": 1.0}]}
     same = {"variants": [{"accuracy": {"sqnr_db": 30.3, "top1": 0.99}, "notes": ["a"], "seconds": 9.0}]}
     assert differences(normalized(before, {}), normalized(same, {})) == []
+    busy = {"variants": [{"accuracy": {"sqnr_db": 30.0, "top1": 0.99}, "notes": ["a", "contended: other processes kept "
+                          "1.2 CPU(s) busy on host while it was timed"], "contended": True}]}
+    assert differences(normalized(before, {}), normalized(busy, {})) == []
     moved = {"variants": [{"accuracy": {"sqnr_db": 31.0, "top_1": 0.99}, "notes": ["b"]}]}
     assert differences(normalized(before, {}), normalized(moved, {})) == [
         ".variants[0].accuracy.top1: only before", ".variants[0].accuracy.top_1: only now",
