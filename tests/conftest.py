@@ -156,6 +156,7 @@ def postgres():
 
 
 TURN_FOLDER = pytest.StashKey[str]()
+SLOW_LEFT = pytest.StashKey[dict]()  # test file -> its slow tests this run deselected (make test: -m "not slow")
 INDUCTOR_FOLDER = pytest.StashKey[str]()
 
 
@@ -239,6 +240,37 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
         yield
 
 
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """Count the ``slow`` tests a ``-m "not slow"`` run leaves out, by file, for the closing block."""
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            left = item.config.stash.setdefault(SLOW_LEFT, {})
+            path = item.nodeid.split("::")[0]
+            left[path] = left.get(path, 0) + 1
+
+
+def _send_slow_left(session: pytest.Session) -> None:
+    """A worker sends its count to the controller (every worker collects the whole suite)."""
+    if hasattr(session.config, "workerinput"):
+        session.config.workeroutput["slow_left"] = session.config.stash.get(SLOW_LEFT, {})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    left = getattr(node, "workeroutput", {}).get("slow_left") or {}
+    if sum(left.values()) > sum(node.config.stash.get(SLOW_LEFT, {}).values()):
+        node.config.stash[SLOW_LEFT] = left
+
+
+def slow_lines(left: dict[str, int]) -> list[str]:
+    """The closing block's line for the slow tests a run left out: how many, where, what runs them."""
+    if not left:
+        return []
+    files = ", ".join(f"{path.removeprefix('tests/')} ({n})" for path, n in sorted(left.items()))
+    return [f"{sum(left.values())} slow test(s) left to `make test-slow` (CI runs them; `make test-all` runs "
+            f"everything): {files}"]
+
+
 def _skip_reasons(config: pytest.Config) -> list[str]:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     reasons = []
@@ -259,7 +291,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if not any(terminalreporter.stats.get(k) for k in ("passed", "failed", "error", "skipped", "xfailed", "xpassed")):
         terminalreporter.write_line("no test ran")  # stopped before any (or none selected): not "every test ran"
         return
-    for line in system.summary_lines(reasons, system.example_reasons(reasons)):
+    slow = slow_lines(config.stash.get(SLOW_LEFT, {}))
+    lines = system.summary_lines(reasons, system.example_reasons(reasons))
+    if slow and lines == ["every test ran: nothing was skipped"]:
+        lines = ["every other test ran: nothing was skipped"]
+    for line in slow + lines:
         terminalreporter.write_line(line)
     failures = system.ci_failures(system.skip_counts(reasons))
     if system.strict() and failures:
@@ -271,6 +307,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Under EDGESHIP_TEST_STRICT=1 (.ci/run) a skip CI should have prevented fails the run."""
     from tests import system
 
+    _send_slow_left(session)
     if hasattr(session.config, "workerinput") or not system.strict():
         return
     if system.ci_failures(system.skip_counts(_skip_reasons(session.config))) and session.exitstatus == 0:

@@ -34,6 +34,7 @@ def cpu_kinds_profile(folder: Path) -> Path:
     return shipped_variants_profile(folder, "cpu-kinds", "the shipped int8 variants on two CPU kinds", variants)
 
 
+@pytest.mark.slow
 @needs_qemu
 def test_the_shipped_int8_variants_pass_on_an_avx2_cpu_without_vnni_and_on_this_one(tmp_path) -> None:
     out = tmp_path / "out"

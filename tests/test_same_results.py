@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import write_profile
 
 GOLDEN = Path(__file__).parent / "fixtures" / "results-before-backends.json"
@@ -127,6 +129,7 @@ def differences(before: Any, now: Any, path: str = "") -> list[str]:
     return [] if before == now else [f"{path}: {before!r} before, {now!r} now"]
 
 
+@pytest.mark.slow
 def test_the_same_build_gives_the_same_results_as_before_the_redesign(tiny_project: Path, tmp_path: Path) -> None:
     profile = write_profile(tmp_path, VARIANTS, name="same")
     env = {**os.environ, "EDGESHIP_CACHE_DIR": str(tmp_path / "cache")}  # cold: every stage computed

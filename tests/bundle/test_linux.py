@@ -160,6 +160,7 @@ def test_linux_app_numbers_its_sample_files_when_input_names_collide_as_file_nam
     assert np.load(io.BytesIO(files["cpp/samples/input1.npy"])).tolist() == [1]
 
 
+@pytest.mark.slow
 def test_linux_bundle_holds_the_models_the_app_and_a_readme_and_verifies(capsys, linux_build: Path) -> None:
     bundle = linux_build / "tiny-linux.zip"
     with zipfile.ZipFile(bundle) as zf:
@@ -175,6 +176,7 @@ def test_linux_bundle_holds_the_models_the_app_and_a_readme_and_verifies(capsys,
     assert f"ok: {bundle}: linux bundle, {len(names) - 1} files" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", list(ARTIFACTS))
 def test_edgeship_run_outputs_match_the_float_model_and_the_python_loader(variant: str, app: tuple[Path, Path],
                                                                           app_runs: dict[str, Path],
@@ -200,6 +202,7 @@ def test_edgeship_run_outputs_match_the_float_model_and_the_python_loader(varian
     np.testing.assert_allclose(out, loaded, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", list(ARTIFACTS))
 def test_edgeship_run_writes_finite_positive_timings_beside_the_python_runners(variant: str,
                                                                               app_runs: dict[str, Path],
@@ -219,6 +222,7 @@ def test_edgeship_run_writes_finite_positive_timings_beside_the_python_runners(v
     print(f"\n{variant}: p50 {doc['p50_ms']:.3f} ms in C++, {python:.3f} ms in the Python runner (one thread)")
 
 
+@pytest.mark.slow
 def test_edgeship_run_exits_1_with_libtorchs_message_when_the_model_fails(app: tuple[Path, Path]) -> None:
     folder, _ = app
     (folder / "wrong.npy").write_bytes(npy(np.zeros((1, 5, 16, 16), np.float32)))  # 5 channels, not 3
@@ -228,6 +232,7 @@ def test_edgeship_run_exits_1_with_libtorchs_message_when_the_model_fails(app: t
         assert any(line.startswith("edgeship_run: ") for line in done.stderr.splitlines()), done.stderr
 
 
+@pytest.mark.slow
 def test_edgeship_run_reads_npy_format_2_as_it_reads_1(app: tuple[Path, Path], app_runs: dict[str, Path],
                                                       first_sample: np.ndarray) -> None:
     folder, _ = app
@@ -250,6 +255,7 @@ REFUSED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(REFUSED))
 def test_edgeship_run_refuses_an_npy_it_does_not_read_with_exit_2(case: str, app: tuple[Path, Path]) -> None:
     folder, _ = app
@@ -260,6 +266,7 @@ def test_edgeship_run_refuses_an_npy_it_does_not_read_with_exit_2(case: str, app
     assert done.stderr.startswith("edgeship_run: refused.npy: ")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "message"), [((), "a model and at least one input are needed"),
                                                (("--runs", "0"), "--runs takes a whole number >= 1, not '0'"),
                                                (("--fast",), "unknown option --fast"),
@@ -269,6 +276,7 @@ def test_edgeship_run_exits_2_on_bad_arguments(args: tuple[str, ...], message: s
     assert done.returncode == 2 and message in done.stderr, (done.returncode, done.stderr)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("change", "message"), [
     ({"edgeship.cpu_flags": "sse4_2,not_a_cpu_flag"}, "this CPU lacks not_a_cpu_flag and would stop with an "
                                                       "illegal instruction"),

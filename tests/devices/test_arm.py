@@ -117,6 +117,7 @@ def _arm_profile(folder: Path) -> Path:
     return shipped_variants_profile(folder, "arm", "int8 on x86 and on aarch64 kernels", variants, "android")
 
 
+@pytest.mark.slow
 @needs_root
 def test_the_demos_int8_variants_run_on_aarch64_kernels(tmp_path) -> None:
     out = tmp_path / "out"

@@ -17,7 +17,7 @@ from tests.devices import sshd as sshd_helper
 from tests.matrix.test_matrix import ONNX, OPENVINO
 
 ray = pytest.importorskip("ray", reason=system.reason("python", "ray is not installed (make setup)"))
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

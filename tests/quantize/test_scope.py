@@ -63,6 +63,7 @@ def test_onnx_int8_of_a_transformer_quantizes_only_its_matmuls_unless_asked_for_
     assert {"LayerNormalization", "Softmax"} <= _quantized_onnx_ops(every.path)
 
 
+@pytest.mark.slow
 def test_executorch_int8_of_a_transformer_quantizes_only_its_linear_layers(lower_former) -> None:
     auto, _ = lower_former("executorch", "export", {"sensitivity": False}, name="auto", partitioner="xnnpack")
     assert auto.details["quantization"]["operators"] == "weighted"
