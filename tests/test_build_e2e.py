@@ -32,6 +32,7 @@ def check_host_results(results: dict, min_top1: float | None) -> None:
         assert rows[0]["accuracy"]["top1"] >= min_top1
 
 
+@pytest.mark.slow
 def test_build_host_for_a_model_the_project_has_never_seen(tiny_project: Path, tmp_path: Path) -> None:
     proc = edgeship("build", "--target", "host", "--model", str(tiny_project / "model.toml"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from edgeship.cache import entry_damage
 from edgeship.pipeline.output import LOCK, WORK
 from tests.conftest import REPO
@@ -30,6 +32,7 @@ def build_limited(model: Path, profile: Path, out: Path, limit: int | None) -> s
 
 
 
+@pytest.mark.slow
 def test_faults_a_file_size_limit_exits_1_with_one_line_and_loses_nothing(project, tmp_path) -> None:  # noqa: F811
     model, profile = project
     out = tmp_path / "out"

@@ -82,6 +82,7 @@ def whole(out: Path) -> dict:
     return results
 
 
+@pytest.mark.slow
 def test_faults_two_builds_into_one_folder_the_second_waits_and_the_folder_ends_whole(project, tmp_path) -> None:
     model, profile = project
     out = tmp_path / "out"

@@ -84,6 +84,7 @@ def test_faults_timings_without_outputs_never_pass_an_accuracy_gate() -> None:
     assert check_device_gates(Gates(max_p50_ms=5.0), None, [timed]).passed
 
 
+@pytest.mark.slow
 def test_faults_a_runner_killed_mid_build_fails_its_variant_and_the_others_are_measured(tmp_path) -> None:
     """A real build; its ONNX Runtime runner (a real process) is killed with SIGKILL from outside, as
     the OOM killer would: that variant fails with the reason in words, the OpenVINO one is still

@@ -66,7 +66,8 @@ def test_auto_keep_keeps_nothing_when_the_full_model_is_within_the_budget() -> N
 
 
 @pytest.mark.parametrize(("backend", "method", "options"), [
-    ("onnx", "export", {}), ("openvino", "export", {}), pytest.param("executorch", "export", {"partitioner": "xnnpack"}, marks=pytest.mark.slow)])
+    ("onnx", "export", {}), ("openvino", "export", {}),
+    pytest.param("executorch", "export", {"partitioner": "xnnpack"}, marks=pytest.mark.slow)])
 def test_quantizer_keep_float_auto_keeps_the_culprit_layer_for_the_budget(lower_culprit, culprit_model, backend,
                                                                           method, options) -> None:
     """The culprit model's first layer costs most; a budget between the all-int8 and the culprit-float
