@@ -10,7 +10,10 @@ cheapest faithful way to run "every layer quantized but these" (``OneLayerRuns.w
 calibrated graph with those layers' quantizers passed through, or a real re-quantization where that
 is as cheap), then checks the real quantized model, adding layers while it still fails. At most a
 quarter of the layers are kept: past that, int8 has little left to give, and the gate failure is
-reported as it is.
+reported as it is. After two real runs that fail, the cap is tried before the layers in between: if
+a quarter of the layers kept float still fails, fewer are not tried (the ranking's premise: the more
+of its layers kept, the less error), so a hopeless search costs three real runs, not the cap's number;
+where the cap passes, the walk goes on one layer at a time and finds what it found before.
 """
 from __future__ import annotations
 
@@ -90,8 +93,17 @@ def search(ranking: list[str], reference: Outputs, sample: Dataset, auto: AutoKe
         while kept < cap and fails(kept, "emulated", emulated):
             kept += 1
         choice.failures = fails(kept, "real", auto.real)
+    elif choice.failures and kept < cap:
+        kept = 1
+        choice.failures = fails(kept, "real", auto.real)
+    cap_passed = False
+    if choice.failures and kept + 1 < cap:
+        # Two real runs failed: the cap next. Where a quarter of the layers kept float still fails, fewer are
+        # not tried (each try is a real quantization: mobilenet_v3_large's hopeless searches took 16 each).
+        at_cap = fails(cap, "real", auto.real)
+        choice.failures, kept, cap_passed = (at_cap, cap, False) if at_cap else (choice.failures, kept, True)
     while choice.failures and kept < cap:
         kept += 1
-        choice.failures = fails(kept, "real", auto.real)
+        choice.failures = [] if kept == cap and cap_passed else fails(kept, "real", auto.real)
     choice.kept = ranking[:kept]
     return choice

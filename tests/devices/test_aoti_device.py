@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import write_profile
 from tests.devices.test_ssh_build import edgeship
 
@@ -16,6 +18,7 @@ options = { compile_on = "device", threads = 1 }
 """
 
 
+@pytest.mark.slow
 def test_build_compiles_an_aoti_variant_on_the_ssh_device_and_notes_it_in_the_latency_row(
         sshd, tiny_project, tmp_path, lock_home) -> None:
     devices = tmp_path / "devices.toml"

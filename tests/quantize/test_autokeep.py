@@ -57,6 +57,20 @@ def test_auto_keep_adds_layers_while_the_real_model_still_fails_and_stops_at_a_q
     assert "still fail: sqnr_db" in capped.note(hopeless.budget, 4)
 
 
+def test_auto_keep_tries_the_cap_after_two_real_failures_and_stops_there_when_it_fails_too() -> None:
+    errors = {f"layer{i}": 0.3 if i < 3 else 0.001 for i in range(16)}  # three layers carry the error; cap 4
+    real = []
+    auto = AutoKeep(SqnrBudget(30.0), lambda kept: real.append(len(kept)) or outputs_with(kept, errors))
+    choice = search(list(errors), outputs_with(list(errors), {}), SAMPLES, auto, None)
+    assert choice.kept == ["layer0", "layer1", "layer2"] and not choice.failures and choice.cap == 4
+    assert real == [0, 1, 4, 2, 3]  # the cap passes: the walk goes on and finds the fewest, as before
+    hopeless = AutoKeep(SqnrBudget(200.0), lambda kept: real.append(len(kept)) or outputs_with(kept, errors))
+    real.clear()
+    capped = search(list(errors), outputs_with(list(errors), {}), SAMPLES, hopeless, None)
+    assert real == [0, 1, 4] and len(capped.kept) == 4 and capped.failures[0].startswith("sqnr_db")
+    assert [t["kept"] for t in capped.tried] == [0, 1, 4]
+
+
 def test_auto_keep_keeps_nothing_when_the_full_model_is_within_the_budget() -> None:
     auto = AutoKeep(SqnrBudget(3.0), lambda kept: outputs_with(kept, ERRORS))  # the full model: 4.4 dB
     choice = search(list(ERRORS), outputs_with(list(ERRORS), {}), SAMPLES, auto, None)
