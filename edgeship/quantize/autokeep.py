@@ -10,10 +10,11 @@ cheapest faithful way to run "every layer quantized but these" (``OneLayerRuns.w
 calibrated graph with those layers' quantizers passed through, or a real re-quantization where that
 is as cheap), then checks the real quantized model, adding layers while it still fails. At most a
 quarter of the layers are kept: past that, int8 has little left to give, and the gate failure is
-reported as it is. After two real runs that fail, the cap is tried before the layers in between: if
-a quarter of the layers kept float still fails, fewer are not tried (the ranking's premise: the more
-of its layers kept, the less error), so a hopeless search costs three real runs, not the cap's number;
-where the cap passes, the walk goes on one layer at a time and finds what it found before.
+reported as it is. In each walk, emulated and real, once one layer more than the start has failed the
+cap is tried before the layers in between: if a quarter of the layers kept float still fails, fewer
+are not tried (the ranking's premise: the more of its layers kept, the less error), so a hopeless
+search costs two emulated and two real runs, not the cap's number (mobilenet_v3_large: 17); where
+the cap passes, the walk goes on one layer at a time and finds what it found before.
 """
 from __future__ import annotations
 
@@ -86,24 +87,33 @@ def search(ranking: list[str], reference: Outputs, sample: Dataset, auto: AutoKe
         choice.tried.append({"kept": kept, "run": how, "failures": found[:3]})
         return found
 
+    def first_within(start: int, how: str, run: Callable[[list[str]], Outputs],
+                     judge_cap: bool = True) -> tuple[int, list[str]]:
+        """The fewest of start..cap kept by which ``run`` passes, and what it fails (the cap and its failures
+        where none passes). After ``start`` fails, the cap is tried before the ones in between: where a
+        quarter of the layers kept float still fails, fewer are not tried."""
+        found = fails(start, how, run)
+        if not found or start >= cap:
+            return start, found
+        at_cap = None
+        if start + 1 < cap:
+            at_cap = fails(cap, how, run)
+            if at_cap:
+                return cap, at_cap
+        for kept in range(start + 1, cap):
+            if not fails(kept, how, run):
+                return kept, []
+        if at_cap is None and judge_cap:
+            at_cap = fails(cap, how, run)
+        return cap, at_cap or []
+
     kept = 0
     choice.failures = fails(0, "real", auto.real)  # the fully quantized model: often within the budget
-    if choice.failures and emulated is not None:
-        kept = 1
-        while kept < cap and fails(kept, "emulated", emulated):
-            kept += 1
-        choice.failures = fails(kept, "real", auto.real)
-    elif choice.failures and kept < cap:
-        kept = 1
-        choice.failures = fails(kept, "real", auto.real)
-    cap_passed = False
-    if choice.failures and kept + 1 < cap:
-        # Two real runs failed: the cap next. Where a quarter of the layers kept float still fails, fewer are
-        # not tried (each try is a real quantization: mobilenet_v3_large's hopeless searches took 16 each).
-        at_cap = fails(cap, "real", auto.real)
-        choice.failures, kept, cap_passed = (at_cap, cap, False) if at_cap else (choice.failures, kept, True)
-    while choice.failures and kept < cap:
-        kept += 1
-        choice.failures = [] if kept == cap and cap_passed else fails(kept, "real", auto.real)
+    if choice.failures and cap > 0:
+        if emulated is not None:  # the real run confirms what the emulation chose (the cap: not run emulated)
+            kept, _ = first_within(1, "emulated", emulated, judge_cap=False)
+            kept, choice.failures = first_within(kept, "real", auto.real)
+        else:
+            kept, choice.failures = first_within(1, "real", auto.real)
     choice.kept = ranking[:kept]
     return choice

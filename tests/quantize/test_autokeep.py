@@ -69,6 +69,12 @@ def test_auto_keep_tries_the_cap_after_two_real_failures_and_stops_there_when_it
     capped = search(list(errors), outputs_with(list(errors), {}), SAMPLES, hopeless, None)
     assert real == [0, 1, 4] and len(capped.kept) == 4 and capped.failures[0].startswith("sqnr_db")
     assert [t["kept"] for t in capped.tried] == [0, 1, 4]
+    real.clear()  # the same on the emulation: 1, then the cap, emulated; the real run at the cap confirms
+    emulated = search(list(errors), outputs_with(list(errors), {}), SAMPLES, hopeless,
+                      lambda kept: outputs_with(kept, errors))
+    assert [(t["kept"], t["run"]) for t in emulated.tried] == [(0, "real"), (1, "emulated"), (4, "emulated"),
+                                                              (4, "real")]
+    assert len(emulated.kept) == 4 and emulated.failures and real == [0, 4]
 
 
 def test_auto_keep_keeps_nothing_when_the_full_model_is_within_the_budget() -> None:
