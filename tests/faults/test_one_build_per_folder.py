@@ -98,6 +98,7 @@ def test_faults_two_builds_into_one_folder_the_second_waits_and_the_folder_ends_
     assert (out / "ort" / "model.onnx").is_file()
 
 
+@pytest.mark.slow
 def test_faults_no_wait_stops_with_exit_2_naming_the_holder_and_changes_nothing(project, tmp_path) -> None:
     model, profile = project
     out = tmp_path / "out"
@@ -127,6 +128,7 @@ def test_faults_a_failed_build_into_a_new_folder_leaves_no_folder(project, tmp_p
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow
 def test_faults_a_failed_build_over_a_finished_one_leaves_it_as_it_was(project, tmp_path) -> None:
     model, profile = project
     out = tmp_path / "out"
@@ -140,6 +142,7 @@ def test_faults_a_failed_build_over_a_finished_one_leaves_it_as_it_was(project, 
     assert files(out) == before
 
 
+@pytest.mark.slow
 def test_faults_bundle_waits_while_a_build_holds_the_folder(project, tmp_path) -> None:
     """``edgeship bundle`` writes into the build's folder, so it waits for a build using it too."""
     model, profile = project

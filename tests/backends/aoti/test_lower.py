@@ -34,6 +34,7 @@ def _metadata(package: Path) -> dict:
         return json.loads(archive.read(name))
 
 
+@pytest.mark.slow
 def test_aoti_fp32_matches_eager_and_names_the_cpu_flags_it_was_compiled_for(lower, tiny_model, monkeypatch) -> None:
     artifact, predict = lower("aoti", "export")
     assert artifact.path.suffix == ".pt2" and sqnr_against_eager(tiny_model, predict) >= 60
