@@ -72,10 +72,11 @@ lint: $(VENV)/.installed
 # run on one worker, the longest groups first (tests/scheduling.py FIRST; xdist's own reordering by
 # test count would send a long one-test file last). The 15 slowest are listed at the end, then what was
 # not run here and why.
-# `make test` is the run before each commit; the tests marked `slow` (each over ~20 s of CPU: whole
-# builds on the emulated Arm and AVX2 CPUs, the C++ app compiled against LibTorch, the Ray cluster,
-# every backend's build against the golden results, the examples) are left to `make test-slow`, and
-# the closing block counts them. CI (.ci/run) runs both; `make test-all` runs everything in one run.
+# `make test` is the run before each commit; the tests marked `slow` (each about 15 s or more of a
+# core: whole builds on the emulated Arm and AVX2 CPUs, the C++ app compiled against LibTorch, the Ray
+# cluster, every backend's build against the golden results, the examples, fault tests that run or
+# wait on several builds) are left to `make test-slow`, and the closing block counts them. CI
+# (.ci/run) runs both; `make test-all` runs everything in one run.
 PYTEST_PARALLEL := -n auto --dist loadgroup --no-loadscope-reorder --durations=15
 test: $(VENV)/.installed $(WEB)
 	$(BYTECODE)
