@@ -109,13 +109,15 @@ def test_loadgroup_keeps_each_file_on_one_worker_in_a_real_xdist_run(tmp_path: P
     """pytest-xdist schedules by the ``@group`` suffix each worker writes into the node ids; with pytest
     9.2 and xdist 3.8 it was silently lost and every test went anywhere (shared fixtures were built on both
     workers). Two files of four tests, two workers: each file on one worker, under its group's name."""
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    slow: left to make test-slow\n")
     for name in ("a", "b"):
-        (tmp_path / f"test_{name}.py").write_text("".join(f"def test_{i}():\n    pass\n\n" for i in range(4)))
+        (tmp_path / f"test_{name}.py").write_text("import pytest\n\n" + "".join(
+            f"def test_{i}():\n    pass\n\n" for i in range(4)) + ("@pytest.mark.slow\ndef test_slow():\n    pass\n"
+                                                                  if name == "b" else ""))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "tests.conftest", "-p", "no:cacheprovider",
-                           "-n", "2", "--dist", "loadgroup"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+                           "-n", "2", "--dist", "loadgroup", "-m", "not slow"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     workers: dict[str, set[str]] = {}
     for line in done.stdout.splitlines():
@@ -124,3 +126,6 @@ def test_loadgroup_keeps_each_file_on_one_worker_in_a_real_xdist_run(tmp_path: P
             assert nodeid.endswith(f"@{nodeid.split('::')[0]}"), nodeid  # the group: the file's own path
             workers.setdefault(nodeid.split("::")[0], set()).add(worker)
     assert sorted(workers) == ["test_a.py", "test_b.py"] and all(len(w) == 1 for w in workers.values()), workers
+    # the slow test `-m "not slow"` left out is counted in the closing block, as each worker collected it
+    assert "1 slow test(s) left to `make test-slow` (CI runs them; `make test-all` runs everything): " \
+           "test_b.py (1)" in done.stdout, done.stdout[-2000:]
