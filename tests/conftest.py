@@ -292,10 +292,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.write_line("no test ran")  # stopped before any (or none selected): not "every test ran"
         return
     slow = slow_lines(config.stash.get(SLOW_LEFT, {}))
-    lines = system.summary_lines(reasons, system.example_reasons(reasons))
-    if slow and lines == ["every test ran: nothing was skipped"]:
-        lines = ["every other test ran: nothing was skipped"]
-    for line in slow + lines:
+    for line in slow + system.summary_lines(reasons, system.example_reasons(reasons), some_left_out=bool(slow)):
         terminalreporter.write_line(line)
     failures = system.ci_failures(system.skip_counts(reasons))
     if system.strict() and failures:

@@ -24,6 +24,7 @@ def test_system_summary_counts_skips_by_part_and_says_what_installs_each() -> No
     assert "2 test(s) not run for what this machine is (nothing to install):" in lines
     assert "  an NVIDIA GPU with TensorRT: 1 test(s), e.g. needs an NVIDIA GPU" in lines
     assert system.summary_lines([], {}) == ["every test ran: nothing was skipped"]
+    assert system.summary_lines([], {}, some_left_out=True) == ["every other test ran: nothing was skipped"]
 
 
 def test_system_ci_fails_on_installable_and_untagged_skips_only() -> None:
