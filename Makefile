@@ -97,21 +97,23 @@ OUT    ?= artifacts/matrix
 matrix: $(VENV)/.installed
 	$(BIN)/edgeship matrix $(MATRIX) --out $(OUT) $(if $(RAY),--ray $(RAY))
 
+# The demo, resnet18, mobilenet_v3_large and all-MiniLM-L6-v2 for every profile against eager, the
+# peers and the machine's limit (benchmarks/results/latest.json; the two trained models' rows also in
+# trained.json): builds and peers two models at a time, then the timing alone.
 bench: $(VENV)/.installed $(WEB)
 	$(BIN)/python benchmarks/bench.py
-	$(BIN)/python benchmarks/trained.py --reuse-builds benchmarks/.work
 
 # The two models with trained weights (the demo, all-MiniLM-L6-v2) side by side per backend and
 # precision: task metric, size, p50 interleaved (benchmarks/results/trained.json).
 bench-trained: $(VENV)/.installed
 	$(BIN)/python benchmarks/trained.py
 
-# Day-to-day: resnet18 on the host profile only, fewer rounds.
 # A team lab's costs: Ray's overhead per build task on the demo matrix, and rows/s into one
 # PostgreSQL from concurrent writers (a real server started for it).
 bench-team: $(VENV)/.installed
 	$(BIN)/python benchmarks/team.py
 
+# Day-to-day: resnet18 on the host profile only, fewer rounds.
 bench-quick: $(VENV)/.installed
 	$(BIN)/python benchmarks/bench.py --models resnet18 --profiles host --rounds 5 --max-rounds 9 --web ""
 

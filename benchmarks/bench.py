@@ -1,17 +1,28 @@
 """make bench: edgeship's artifacts against eager PyTorch, the runtimes' own defaults and the
 machine's own limit, measured side by side in one run on this machine.
 
-For each model (the demo, resnet18, mobilenet_v3_large, a small transformer encoder) it builds
-the host, android, linux and x86 profiles (linux: the AOTInductor .pt2 and TorchScript .pt that
+For each model (the demo, resnet18, mobilenet_v3_large and all-MiniLM-L6-v2, the two trained ones
+first and last; the random-weight transformer encoder with ``--models encoder``) it builds the
+host, android, linux and x86 profiles (linux: the AOTInductor .pt2 and TorchScript .pt that
 LibTorch C++ runs; x86: OpenVINO IR in fp32, bf16, fp16 and int8 by NNCF, beside ONNX Runtime fp32
 and int8) with the real command (a cold build with an empty cache, then the same build again
 unchanged), loads every artifact with edgeship's own device runner for its runtime (OpenVINO's
 compiled with the inference precision its IR records, LATENCY hint; every runtime at its own
 default thread count, all cores here), and times them interleaved with eager PyTorch and the peers,
-each in its own worker processes (benchmarks/harness.py). Peers, per precision
-(benchmarks/peers.py): fp32, ONNX Runtime's default session on a plain torch.onnx.export,
-ExecuTorch's documented XNNPACK flow, torch.compile, and OpenVINO's documented defaults
-(convert_model on torch.export, save_model's defaults, compile_model(model, "CPU") with no
+each in its own worker processes (benchmarks/harness.py).
+
+It runs in two phases. Phase 1 makes things: each model's builds (its profiles one after another in
+its own folder and stage cache) and then its peers, ``--lanes`` models at once (2: two models'
+builds share the 2 cores, so each build's wall seconds are beside another's work; its CPU seconds,
+``cold_build_cpu_seconds``, are its own and its runners'). Nothing the bench reports as a speed is
+measured in phase 1 (the builds' own latency figures, beside the other lane, are not read).
+Phase 2 times, one model at a time, alone on the machine. The two trained models' rows (task figures,
+p50, int8 over its fp32 sibling) are read from the same builds and rounds into
+benchmarks/results/trained.json, as benchmarks/trained.py (make bench-trained) makes them on its own.
+
+Peers, per precision (benchmarks/peers.py): fp32, ONNX Runtime's default session on a plain
+torch.onnx.export, ExecuTorch's documented XNNPACK flow, torch.compile, and OpenVINO's documented
+defaults (convert_model on torch.export, save_model's defaults, compile_model(model, "CPU") with no
 configuration); int8, ONNX Runtime's quantize_static, ExecuTorch's PT2E XNNPACK flow and
 nncf.quantize ("peer: nncf default ptq"), all at their defaults and on the calibration samples
 edgeship's int8 variants use. A peer is compared in the precision it computes in: the OpenVINO
@@ -20,7 +31,8 @@ bf16, so it is a bf16 peer there (its row says so), compared with edgeship's ope
 
 Accuracy is judged on evaluation data apart from the calibration data (the random-weight models:
 another seed and another distribution; the demo: held-out digits), against one budget for every
-candidate: top-1 within 1 point where there are labels, else 25 dB SQNR against the float model.
+candidate: top-1 within 1 point where there are class labels, else 25 dB SQNR against the float
+model (MiniLM's too: its task figures, cosine and neighbours, are trained.json's).
 Headline ratios compare like with like: the fastest fp32 variant with the fastest fp32 peer, the
 fastest int8 variant with the fastest int8 peer, the fastest bf16 variant with the fastest bf16 peer
 where there are bf16 candidates (all inside the budget), each with a sign-test interval over the
@@ -46,17 +58,22 @@ For the demo and resnet18 (``--web``) the web profile is built too and its varia
 Chromium, at 1 and 2 threads, beside native ONNX Runtime and the onnxruntime-web peer
 (benchmarks/web.py); a second table prints those rows.
 
-    python benchmarks/bench.py [--models resnet18,encoder] [--profiles host,x86] [--rounds 6] [--web ''] [--out F]
+    python benchmarks/bench.py [--models resnet18,encoder] [--profiles host,x86] [--rounds 6] [--web '']
+                               [--lanes 2] [--out F] [--trained-out F]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,11 +92,16 @@ from web import print_web  # noqa: E402
 
 WORK = HERE / ".work"
 LATEST = HERE / "results" / "latest.json"
+TRAINED = HERE / "results" / "trained.json"
+TRAINED_MODELS = ("digitnet", "minilm")   # the trained weights: their rows also go to trained.json
 MODELS = {"digitnet": REPO / "edgeship" / "demo" / "model.toml",
           "resnet18": HERE / "models" / "resnet18.toml",
           "mobilenet_v3_large": HERE / "models" / "mobilenet_v3_large.toml",
+          "minilm": REPO / "examples" / "minilm" / "model.toml",
           "encoder": HERE / "models" / "encoder.toml"}
+DEFAULT_MODELS = ("digitnet", "resnet18", "mobilenet_v3_large", "minilm")   # the encoder: --models encoder
 PROFILES = ("host", "android", "linux", "x86")
+LANES = 2   # models whose builds and peers are made at once (phase 1); the timing runs alone
 CALIBRATION_SAMPLES, EVALUATION_SAMPLES = 64, 32
 BUILDS = "builds.json"   # in a model's work folder: its spec and each profile's build cost
 
@@ -97,7 +119,7 @@ def ensure_data(spec_path: Path) -> None:
                                                ).astype(np.float32)}
     for seed, (role, draw) in enumerate(draws.items(), start=1):
         rel = spec.get("data", {}).get(role)
-        if rel is None or (spec_path.parent / rel).exists():
+        if rel is None or not rel.endswith(".npz") or (spec_path.parent / rel).exists():  # a model's own data
             continue
         dest = spec_path.parent / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -106,35 +128,76 @@ def ensure_data(spec_path: Path) -> None:
 
 def build(spec: Path, profile: str, folder: Path) -> tuple[float, Path]:
     """One real build in its own folder (its own stage cache); returns wall seconds and output dir."""
+    seconds, _, out = run_build(spec, profile, folder)
+    return seconds, out
+
+
+def run_build(spec: Path, profile: str, folder: Path) -> tuple[float, float, Path]:
+    """One real build (``edgeship build --quiet``) in ``folder`` (its stage cache and results
+    database there); returns its wall seconds, its CPU seconds (user + system, with every process it
+    waited for: its runners), and its output folder."""
     out = folder / Path(profile).stem  # a profile name, or a profile file
     cmd = [sys.executable, "-m", "edgeship", "build", "--target", profile, "--model", str(spec),
            "--out", str(out), "--quiet"]
     env = {k: v for k, v in os.environ.items() if k not in ("EDGESHIP_CACHE_DIR", "EDGESHIP_DB")}
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, env=env)
-    seconds = time.perf_counter() - start
-    if proc.returncode not in (0, 3):  # 3: a gate failed; the artifacts and results are still there
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return seconds, out
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)   # the child's own rusage (another lane's builds run beside)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode not in (0, 3):  # 3: a gate failed; the artifacts and results are still there
+            err.seek(0)
+            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: "
+                               f"{err.read().decode(errors='replace')[-2000:]}")
+    return seconds, usage.ru_utime + usage.ru_stime, out
 
 
-def bench_model(name: str, spec_path: Path, args: argparse.Namespace) -> dict:
-    """Build, make the peers, time everything interleaved, and summarize one model."""
+@dataclass
+class Prepared:
+    """What phase 1 leaves of a model for its timing: the builds (each profile's cost), the
+    candidates with the peers made and judged, and the web build where there is one."""
+
+    name: str
+    spec: Path
+    folder: Path
+    cost: dict[str, dict[str, float]]
+    found: Any
+    peers_seconds: float
+    web: dict[str, Any] | None = None   # web build's out folder and cost, or why it is not measured
+
+
+def prepare(name: str, spec_path: Path, args: argparse.Namespace, pool: ProcessPoolExecutor) -> Prepared:
+    """Phase 1 for one model: every profile built with the real command, cold then again
+    unchanged, one after another in the model's own folder (one stage cache: a later profile takes
+    what an earlier one lowered); then the peers made and judged (in ``pool``, a process of their
+    own); then the web build. Another model's phase 1 runs beside it (``--lanes``)."""
     ensure_data(spec_path)
     folder = WORK / name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     cost = {}
     for profile in args.profiles:
-        cold, _ = build(spec_path, profile, folder)
-        again, _ = build(spec_path, profile, folder)
-        cost[profile] = {"cold_build_seconds": round(cold, 2), "rebuild_seconds": round(again, 2)}
-        print(f"  {profile}: cold build {cold:.1f} s, unchanged re-build {again:.1f} s", flush=True)
-    # what trained.py (the end of make bench) needs to take these builds instead of making them again
+        cold, cold_cpu, _ = run_build(spec_path, profile, folder)
+        again, _, _ = run_build(spec_path, profile, folder)
+        cost[profile] = {"cold_build_seconds": round(cold, 2), "cold_build_cpu_seconds": round(cold_cpu, 2),
+                         "rebuild_seconds": round(again, 2)}
+        say(name, f"{profile}: cold build {cold:.1f} s ({cold_cpu:.1f} s of CPU), unchanged re-build {again:.1f} s")
+    # what trained.py needs to take these builds instead of making them again
     (folder / BUILDS).write_text(json.dumps({"spec": str(spec_path.resolve()), "build_cost": cost}, indent=1))
     started = time.perf_counter()
-    found = candidates_of(spec_path, folder, args.profiles)
+    found = pool.submit(candidates_of, spec_path, folder, args.profiles).result()
     peers_seconds = time.perf_counter() - started
+    say(name, f"peers made and judged in {peers_seconds:.0f} s")
+    web = build_web(name, spec_path, folder) if name in args.web_models else None
+    return Prepared(name, spec_path, folder, cost, found, peers_seconds, web)
+
+
+def bench_model(prepared: Prepared, args: argparse.Namespace) -> tuple[dict, Timing]:
+    """Phase 2 for one model, alone on the machine: time everything interleaved, summarize, and
+    time the web variants in Chromium. Returns the summary and the timing (closed), whose rounds
+    trained.py's rows are read from."""
+    found, name = prepared.found, prepared.name
     timed = {n: c["job"] for n, c in found.candidates.items() if c.get("same_as") is None}
     started = time.perf_counter()
     timing = Timing(timed, found.inputs, args.processes, cold_only=own_loaders(found.candidates))
@@ -142,20 +205,23 @@ def bench_model(name: str, spec_path: Path, args: argparse.Namespace) -> dict:
     try:
         timing.run(args.rounds, args.block)
         refine(timing, found.candidates, args.block, args.max_rounds)
-        summary = summarize(found, timing, cost)
+        summary = summarize(found, timing, prepared.cost)
     finally:
         timing.close()
-    if name in args.web_models:
-        summary["web"] = bench_web(spec_path, folder, found, args)
-    builds = sum(c["cold_build_seconds"] + c["rebuild_seconds"] for c in cost.values())
+    timing_seconds = time.perf_counter() - started
+    if prepared.web is not None:
+        summary["web"] = bench_web(prepared, args)
+    builds = sum(c["cold_build_seconds"] + c["rebuild_seconds"] for c in prepared.cost.values())
     summary["seconds"] = {"builds": round(builds, 1),
-                          "peers_and_accuracy": round(peers_seconds, 1),
-                          "timing": round(time.perf_counter() - started, 1), "loads": round(loads_seconds, 1),
+                          "builds_cpu": round(sum(c["cold_build_cpu_seconds"] for c in prepared.cost.values()), 1),
+                          "peers_and_accuracy": round(prepared.peers_seconds, 1),
+                          "timing": round(timing_seconds, 1), "loads": round(loads_seconds, 1),
                           "rounds": len(timing.log)}
-    print(f"  peers made and judged in {peers_seconds:.0f} s; {len(timed)} candidates timed in "
-          f"{summary['seconds']['timing']:.0f} s (their workers loaded one at a time in {loads_seconds:.0f} s, "
-          f"then {len(timing.log)} rounds)", flush=True)
-    return summary
+    if summary.get("web", {}).get("seconds") is not None:
+        summary["seconds"]["web_timing"] = summary["web"]["seconds"]
+    say(name, f"{len(timed)} candidates timed in {timing_seconds:.0f} s (their workers loaded one at a time in "
+              f"{loads_seconds:.0f} s, then {len(timing.log)} rounds)")
+    return summary, timing
 
 
 def own_loaders(candidates: dict[str, dict]) -> dict[str, tuple[str, tuple]]:
@@ -166,22 +232,35 @@ def own_loaders(candidates: dict[str, dict]) -> dict[str, tuple[str, tuple]]:
             if c.get("same_as") and c["job"][0] != candidates[c["same_as"]]["job"][0]}
 
 
-def bench_web(spec_path: Path, folder: Path, found: Any, args: argparse.Namespace) -> dict:
-    """The web profile built, then its variants in Chromium beside native ONNX Runtime and the
-    onnxruntime-web peer, at 1 and 2 threads, interleaved (benchmarks/web.py)."""
+def build_web(name: str, spec_path: Path, folder: Path) -> dict[str, Any]:
+    """The web profile built (phase 1), cold then again unchanged; or why it cannot be measured here."""
     from edgeship.devices.browser import missing_setup
-    from edgeship.spec import load_spec
-    from web import web_candidates, web_figures
 
     why = missing_setup()
     if why:
-        print(f"  web: not measured here: {why}", flush=True)
+        say(name, f"web: not measured here: {why}")
         return {"not_measured": why}
-    cold, out = build(spec_path, "web", folder)
-    again, _ = build(spec_path, "web", folder)
-    print(f"  web: cold build {cold:.1f} s (measured in Chromium), unchanged re-build {again:.1f} s", flush=True)
+    cold, cold_cpu, out = run_build(spec_path, "web", folder)
+    again, _, _ = run_build(spec_path, "web", folder)
+    say(name, f"web: cold build {cold:.1f} s (measured in Chromium; {cold_cpu:.1f} s of CPU here), "
+              f"unchanged re-build {again:.1f} s")
+    return {"out": out, "cost": {"cold_build_seconds": round(cold, 2), "cold_build_cpu_seconds": round(cold_cpu, 2),
+                                 "rebuild_seconds": round(again, 2)}}
+
+
+def bench_web(prepared: Prepared, args: argparse.Namespace) -> dict:
+    """The web variants in Chromium beside native ONNX Runtime and the onnxruntime-web peer, at 1
+    and 2 threads, interleaved (benchmarks/web.py)."""
+    from edgeship.spec import load_spec
+    from web import web_candidates, web_figures
+
+    web = prepared.web or {}
+    if "not_measured" in web:
+        return {"not_measured": web["not_measured"]}
+    found = prepared.found
     peer = found.candidates.get("peer: onnxruntime default")
-    rows = web_candidates(load_spec(spec_path), out, Path(peer["job"][1][0]) if peer else None, folder)
+    rows = web_candidates(load_spec(prepared.spec), web["out"], Path(peer["job"][1][0]) if peer else None,
+                          prepared.folder)
     started = time.perf_counter()
     timing = Timing({n: c["job"] for n, c in rows.items()}, found.inputs, 1)
     try:
@@ -189,15 +268,43 @@ def bench_web(spec_path: Path, folder: Path, found: Any, args: argparse.Namespac
         figures = web_figures(rows, timing)
     finally:
         timing.close()
-    figures["build_cost"] = {"cold_build_seconds": round(cold, 2), "rebuild_seconds": round(again, 2)}
+    figures["build_cost"] = web["cost"]
     figures["seconds"] = round(time.perf_counter() - started, 1)
-    print(f"  web: {len(rows)} candidates timed in {figures['seconds']:.0f} s", flush=True)
+    say(prepared.name, f"web: {len(rows)} candidates timed in {figures['seconds']:.0f} s")
     return figures
+
+
+def prepare_all(names: list[str], args: argparse.Namespace) -> dict[str, Prepared]:
+    """Phase 1 for every model, ``args.lanes`` models at a time (the costliest first, so the lanes
+    end close together). Nothing is timed in this phase but the builds' own cost: their runners'
+    measurements share the cores with the other lane (their results.json say so), and the bench
+    does not read them."""
+    order = sorted(names, key=lambda n: -COST_ORDER.get(n, 0))
+    with ProcessPoolExecutor(args.lanes, mp_context=multiprocessing.get_context("spawn"), initializer=_quiet) as pool, \
+            ThreadPoolExecutor(args.lanes) as lanes:
+        made = {n: lanes.submit(prepare, n, MODELS[n], args, pool) for n in order}
+        return {n: made[n].result() for n in names}
+
+
+def _quiet() -> None:
+    from edgeship.cli import quiet_libraries
+
+    quiet_libraries()
+
+
+COST_ORDER = {"minilm": 4, "mobilenet_v3_large": 3, "resnet18": 2, "encoder": 1}  # phase 1's order
+
+
+def say(model: str, line: str) -> None:
+    """A progress line of one model (the lanes' lines interleave)."""
+    print(f"{model}: {line}", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated subset of: " + ", ".join(MODELS))
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
+                        help="comma-separated subset of: " + ", ".join(MODELS)
+                        + f" (default: {','.join(DEFAULT_MODELS)})")
     parser.add_argument("--profiles", default=",".join(PROFILES),
                         help="target profiles to build (default: " + ",".join(PROFILES) + ")")
     parser.add_argument("--rounds", type=int, default=6,
@@ -210,11 +317,22 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=15, help="timed runs per candidate per round")
     parser.add_argument("--web", default="digitnet,resnet18",
                         help="models whose web profile is built and timed in Chromium too ('' for none)")
+    parser.add_argument("--lanes", type=int, default=LANES,
+                        help=f"models built (and their peers made) at once in phase 1 (default {LANES}; 1: each "
+                             "build alone on the machine); the timing always runs alone")
     parser.add_argument("--out", type=Path, default=LATEST,
                         help=f"where the results go (default: {LATEST.relative_to(REPO)})")
+    parser.add_argument("--trained-out", type=Path, default=TRAINED,
+                        help="where the trained models' rows go (default: "
+                             f"{TRAINED.relative_to(REPO)}; benchmarks/trained.py's format), when they are benched")
     args = parser.parse_args()
     args.profiles = args.profiles.split(",")
     args.web_models = [m for m in args.web.split(",") if m]
+    names = args.models.split(",")
+    unknown = [n for n in names if n not in MODELS]
+    if unknown or args.lanes < 1:
+        parser.error(f"--models: unknown {', '.join(unknown)}; known: {', '.join(MODELS)}" if unknown
+                     else "--lanes must be 1 or more")
     from edgeship.cli import quiet_libraries
 
     quiet_libraries()
@@ -224,21 +342,70 @@ def main() -> None:
           f"int8 {peak['int8_gops']:.1f} GOP/s", flush=True)
     results = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": peak,
                "settings": {"profiles": args.profiles, "rounds": args.rounds, "max_rounds": args.max_rounds,
-                            "processes": args.processes, "block": args.block}, "models": {}}
-    for name in args.models.split(","):
-        print(f"{name}:", flush=True)
-        results["models"][name] = bench_model(name, MODELS[name], args)
+                            "processes": args.processes, "block": args.block, "lanes": args.lanes}, "models": {}}
+    phase = time.perf_counter()
+    print(f"phase 1: builds and peers, {args.lanes} model(s) at a time", flush=True)
+    prepared = prepare_all(names, args)
+    phases = {"builds_and_peers": round(time.perf_counter() - phase, 1)}
+    phase = time.perf_counter()
+    print("phase 2: timing, one model at a time, alone on the machine", flush=True)
+    trained_rows = {}
+    for name in names:
+        results["models"][name], timing = bench_model(prepared[name], args)
+        if name in TRAINED_MODELS:
+            trained_rows[name] = trained_from_bench(name, prepared[name], timing)
+    phases["timing"] = round(time.perf_counter() - phase, 1)
     results["machine"]["after"] = machine_peaks()   # drift shows here
     use_peaks(results)
     results["seconds"] = round(time.perf_counter() - started, 1)
-    out = args.out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    tmp.replace(out)
+    results["phases"] = phases
+    write_json(args.out, results)
     print_table(results)
     print_web(results)
-    print(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out} in {results['seconds']:.0f} s")
+    if trained_rows:
+        write_trained(args.trained_out, results, trained_rows)
+    print(f"wrote {shown(args.out)} in {results['seconds']:.0f} s (phase 1: {phases['builds_and_peers']:.0f} s, "
+          f"phase 2: {phases['timing']:.0f} s)")
+
+
+def trained_from_bench(name: str, prepared: Prepared, timing: Timing) -> dict[str, Any]:
+    """A trained model's rows for trained.json, read from this run's builds and rounds (trained.py's
+    rows: its profiles, the task figures from each results.json, p50 and ratios from the same
+    interleaved rounds as latest.json's): what make bench used to time a second time."""
+    from trained import PROFILES as TRAINED_PROFILES
+    from trained import bench_rows
+
+    profiles = [p for p in TRAINED_PROFILES if p in prepared.cost]
+    rows = bench_rows(prepared.spec, prepared.folder, profiles, prepared.found.candidates, timing)
+    return {"build_seconds": {p: prepared.cost[p]["cold_build_seconds"] for p in profiles},
+            "builds_reused_from": str(prepared.folder), "timed_in": "bench.py (make bench): the rounds of latest.json",
+            "rows": rows}
+
+
+def write_trained(out: Path, results: dict, rows: dict[str, dict]) -> None:
+    from trained import print_rows
+
+    doc = {"created": results["created"], "machine": {k: v for k, v in results["machine"].items() if k != "after"},
+           "settings": results["settings"], "models": rows, "seconds": None,
+           "note": "made by benchmarks/bench.py (make bench) from its own builds and rounds; "
+                   "benchmarks/trained.py (make bench-trained) makes the same rows on its own"}
+    for model, entry in rows.items():
+        print_rows(model, entry["rows"])
+    write_json(out, doc)
+    print(f"wrote {shown(out)}")
+
+
+def write_json(out: Path, doc: dict) -> None:
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(out)
+
+
+def shown(path: Path) -> str:
+    path = path.resolve()
+    return str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
 
 
 def _cpu() -> dict:

@@ -100,11 +100,13 @@ def peers(spec: Any, model: Any, folder: Path) -> dict[str, dict[str, Any]]:
 
     calibration, evaluation = peer_data(spec)
     reference = float_outputs(model, evaluation)
+    labels = evaluation.labels if spec.task == "classification" else None  # an embedding's are its pairs
     compile_args = (spec.model_dump(mode="json"), str(spec.base_dir))
     compiled = peer_module.load_torch_compile(*compile_args)
     rows = {"peer: torch.compile": {"job": ("peers:load_torch_compile", compile_args), "kind": "peer",
                                     "precision": "fp32", "runtime": "torch.compile", "size_bytes": None,
-                                    **peer_accuracy(lambda arrays: [compiled(arrays).numpy()], evaluation, reference)}}
+                                    **peer_accuracy(lambda arrays: [compiled(arrays).numpy()], evaluation, reference,
+                                                  labels)}}
     fp32_onnx = None
     for precision, table in (("fp32", PEERS_FP32), ("int8", PEERS_INT8)):
         for name, make, load, identity in table:
@@ -120,7 +122,7 @@ def peers(spec: Any, model: Any, folder: Path) -> dict[str, dict[str, Any]]:
                 if make == "make_ort_default":
                     fp32_onnx = path
                 predict = getattr(peer_module, load)(str(path))
-                accuracy = peer_accuracy(predict, evaluation, reference)
+                accuracy = peer_accuracy(predict, evaluation, reference, labels)
             except Exception as e:  # a peer that cannot handle this model is reported, not fatal
                 first = (str(e).splitlines() or [""])[0][:160]
                 print(f"  {name} failed here: {type(e).__name__}: {first}", flush=True)
@@ -172,13 +174,13 @@ def float_outputs(model: Any, data: Any) -> np.ndarray:
                                for i in range(len(data))])
 
 
-def peer_accuracy(predict: Any, data: Any, reference: np.ndarray) -> dict[str, Any]:
-    """SQNR, top-1 drop (with labels) and whether it is identical, as edgeship computes them."""
+def peer_accuracy(predict: Any, data: Any, reference: np.ndarray, labels: np.ndarray | None) -> dict[str, Any]:
+    """SQNR, top-1 drop (with class ``labels``) and whether it is identical, as edgeship computes them."""
     from edgeship import metrics
 
     names = list(data.inputs)
     out = np.concatenate([np.asarray(predict([data.inputs[n][i:i + 1] for n in names])[0]) for i in range(len(data))])
-    acc = metrics.accuracy(reference, out.astype(reference.dtype), data.labels)
+    acc = metrics.accuracy(reference, out.astype(reference.dtype), labels)
     return {"sqnr_db": acc["sqnr_db"], "top1_drop": acc["top1_drop"], "identical": acc["max_abs_err"] == 0.0}
 
 

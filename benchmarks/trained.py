@@ -94,6 +94,17 @@ def candidates(spec_path: Path, folder: Path, profiles: list[str]) -> tuple[dict
     return found, [sample[i.name] for i in spec.inputs]
 
 
+def bench_rows(spec_path: Path, folder: Path, profiles: list[str], timed: dict[str, dict],
+               timing: Timing) -> dict[str, Any]:
+    """The rows of ``time_all`` from bench.py's run instead of rounds of this script's own: the
+    builds in ``folder`` and ``timing``, whose jobs are bench.py's ``timed`` candidates (the same names:
+    eager, <profile>/<variant>; a byte-identical file timed as the one bench.py timed it as)."""
+    found, _ = candidates(spec_path, folder, profiles)
+    for name, c in found.items():
+        c["same_as"] = timed[name].get("same_as")
+    return {name: row_of(name, found, timing) for name in found}
+
+
 def figures_of(results: Any, variant: str) -> tuple[dict[str, Any], int | None]:
     """The task figures of ``variant`` (results.json's accuracy block and task metrics) and how many
     layers its quantizer kept in float."""
