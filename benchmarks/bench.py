@@ -12,12 +12,13 @@ default thread count, all cores here), and times them interleaved with eager PyT
 each in its own worker processes (benchmarks/harness.py).
 
 It runs in two phases. Phase 1 makes things: each model's builds (its profiles one after another in
-its own folder and stage cache) and then its peers, ``--lanes`` models at once (2: two models'
-builds share the 2 cores, so each build's wall seconds are beside another's work; its CPU seconds,
-``cold_build_cpu_seconds``, are its own and its runners'). Nothing the bench reports as a speed is
-measured in phase 1 (the builds' own latency figures, beside the other lane, are not read).
-Phase 2 times, one model at a time, alone on the machine. The two trained models' rows (task figures,
-p50, int8 over its fp32 sibling) are read from the same builds and rounds into
+its own folder and stage cache; each build's wall seconds and its CPU seconds,
+``cold_build_cpu_seconds``, its own and its runners') and then its peers (in a spawned process),
+``--lanes`` models at once. One by default: on 2 cores two lanes were slower in all, as a build
+already keeps more than one core busy (beside each other, mobilenet_v3_large's host and android
+builds took 182 and 348 s and MiniLM's host build 416 s: 12 min for what takes about 8 one after
+another). Phase 2 times, one model at a time, alone on the machine. The two trained models' rows
+(task figures, p50, int8 over its fp32 sibling) are read from the same builds and rounds into
 benchmarks/results/trained.json, as benchmarks/trained.py (make bench-trained) makes them on its own.
 
 Peers, per precision (benchmarks/peers.py): fp32, ONNX Runtime's default session on a plain
@@ -59,7 +60,7 @@ Chromium, at 1 and 2 threads, beside native ONNX Runtime and the onnxruntime-web
 (benchmarks/web.py); a second table prints those rows.
 
     python benchmarks/bench.py [--models resnet18,encoder] [--profiles host,x86] [--rounds 6] [--web '']
-                               [--lanes 2] [--out F] [--trained-out F]
+                               [--lanes 1] [--out F] [--trained-out F]
 """
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ MODELS = {"digitnet": REPO / "edgeship" / "demo" / "model.toml",
           "encoder": HERE / "models" / "encoder.toml"}
 DEFAULT_MODELS = ("digitnet", "resnet18", "mobilenet_v3_large", "minilm")   # the encoder: --models encoder
 PROFILES = ("host", "android", "linux", "x86")
-LANES = 2   # models whose builds and peers are made at once (phase 1); the timing runs alone
+LANES = 1   # models whose builds and peers are made at once (phase 1); the timing runs alone
 CALIBRATION_SAMPLES, EVALUATION_SAMPLES = 64, 32
 BUILDS = "builds.json"   # in a model's work folder: its spec and each profile's build cost
 
@@ -276,11 +277,11 @@ def bench_web(prepared: Prepared, args: argparse.Namespace) -> dict:
 
 def prepare_all(names: list[str], args: argparse.Namespace) -> dict[str, Prepared]:
     """Phase 1 for every model, ``args.lanes`` models at a time (the costliest first, so the lanes
-    end close together). Nothing is timed in this phase but the builds' own cost: their runners'
-    measurements share the cores with the other lane (their results.json say so), and the bench
-    does not read them."""
+    end close together). Nothing the bench reports as a speed is measured in this phase (the
+    builds' own latency figures are not read; with two lanes they share the cores with the other)."""
     order = sorted(names, key=lambda n: -COST_ORDER.get(n, 0))
-    with ProcessPoolExecutor(args.lanes, mp_context=multiprocessing.get_context("spawn"), initializer=_quiet) as pool, \
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(args.lanes, mp_context=spawn, initializer=_quiet) as pool, \
             ThreadPoolExecutor(args.lanes) as lanes:
         made = {n: lanes.submit(prepare, n, MODELS[n], args, pool) for n in order}
         return {n: made[n].result() for n in names}
@@ -318,8 +319,8 @@ def main() -> None:
     parser.add_argument("--web", default="digitnet,resnet18",
                         help="models whose web profile is built and timed in Chromium too ('' for none)")
     parser.add_argument("--lanes", type=int, default=LANES,
-                        help=f"models built (and their peers made) at once in phase 1 (default {LANES}; 1: each "
-                             "build alone on the machine); the timing always runs alone")
+                        help=f"models built (and their peers made) at once in phase 1 (default {LANES}: each build "
+                             "alone on the machine; more helps only with cores to spare); the timing always runs alone")
     parser.add_argument("--out", type=Path, default=LATEST,
                         help=f"where the results go (default: {LATEST.relative_to(REPO)})")
     parser.add_argument("--trained-out", type=Path, default=TRAINED,

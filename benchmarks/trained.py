@@ -1,6 +1,6 @@
-"""make bench-trained (and the end of make bench): the two models with trained weights, side by side —
-the demo (DigitNet, trained on scikit-learn's digits) and all-MiniLM-L6-v2 (examples/minilm) — per
-backend and precision: the task metric, the size, and p50 measured interleaved on this machine.
+"""make bench-trained (and make bench, from bench.py's own rounds): the two models with trained
+weights, side by side — the demo (DigitNet, trained on scikit-learn's digits) and all-MiniLM-L6-v2
+(examples/minilm) — per backend and precision: the task metric, the size, and p50 measured interleaved on this machine.
 
 These are the figures that predict what a user's trained model will see. Every other model in
 the benchmarks has seeded random weights, which overstate int8 error: a random network has no
@@ -10,9 +10,11 @@ figures mean").
 Each model's host, android and x86 profiles are built with the real command (cold, own stage cache);
 every artifact that runs here is loaded by edgeship's own device runner and timed in interleaved
 rounds with eager PyTorch (benchmarks/harness.py: each candidate in worker processes of its own,
-every runtime at its default thread count), on the first evaluation sample. With ``--reuse-builds``
-(make bench), a model bench.py has just built for every profile (the demo) is taken from its folder
-rather than built again: the same command on the same files. Ratios come with
+every runtime at its default thread count), on the first evaluation sample. With ``--reuse-builds``,
+a model bench.py has just built for every profile is taken from its folder rather than built again:
+the same command on the same files. (make bench does not run this script: bench.py benches both
+models itself and writes these rows from its own builds and rounds, ``bench_rows``, timed on the
+model spec's example inputs.) Ratios come with
 sign-test intervals over the rounds (benchmarks/stats.py); an interval holding 1.0 is a tie (≈).
 Per row: the task figures from the build's results.json (demo: top-1 and its drop, SQNR; MiniLM:
 mean and worst cosine against float, recall@1 of each sentence's nearest neighbour against float and
@@ -191,7 +193,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--reuse-builds", type=Path, default=None,
                         help="bench.py's work folder (benchmarks/.work) of the run just before, on the same "
-                             "checkout: a model it built for every profile here is not built again (make bench)")
+                             "checkout: a model it built for every profile here is not built again")
     args = parser.parse_args()
     from bench import _cpu
     from harness import machine_peaks
