@@ -384,10 +384,13 @@ def trained_from_bench(name: str, prepared: Prepared, timing: Timing) -> dict[st
 
 
 def write_trained(out: Path, results: dict, rows: dict[str, dict]) -> None:
+    from trained import PROFILES as TRAINED_PROFILES
     from trained import print_rows
 
+    benched = results["settings"]["profiles"]
+    settings = {**results["settings"], "profiles": [p for p in TRAINED_PROFILES if p in benched]}
     doc = {"created": results["created"], "machine": {k: v for k, v in results["machine"].items() if k != "after"},
-           "settings": results["settings"], "models": rows, "seconds": None,
+           "settings": settings, "models": rows, "seconds": None,
            "note": "made by benchmarks/bench.py (make bench) from its own builds and rounds; "
                    "benchmarks/trained.py (make bench-trained) makes the same rows on its own"}
     for model, entry in rows.items():
