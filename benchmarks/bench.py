@@ -172,7 +172,7 @@ def prepare(name: str, spec_path: Path, args: argparse.Namespace, pool: ProcessP
     """Phase 1 for one model: every profile built with the real command, cold then again
     unchanged, one after another in the model's own folder (one stage cache: a later profile takes
     what an earlier one lowered); then the peers made and judged (in ``pool``, a process of their
-    own); then the web build. Another model's phase 1 runs beside it (``--lanes``)."""
+    own); then the web build. (With ``--lanes 2`` another model's phase 1 runs beside it.)"""
     ensure_data(spec_path)
     folder = WORK / name
     shutil.rmtree(folder, ignore_errors=True)
