@@ -99,7 +99,7 @@ matrix: $(VENV)/.installed
 
 # The demo, resnet18, mobilenet_v3_large and all-MiniLM-L6-v2 for every profile against eager, the
 # peers and the machine's limit (benchmarks/results/latest.json; the two trained models' rows also in
-# trained.json): builds and peers two models at a time, then the timing alone.
+# trained.json): every model's builds and peers, then the timing alone.
 bench: $(VENV)/.installed $(WEB)
 	$(BIN)/python benchmarks/bench.py
 

@@ -11,13 +11,13 @@ compiled with the inference precision its IR records, LATENCY hint; every runtim
 default thread count, all cores here), and times them interleaved with eager PyTorch and the peers,
 each in its own worker processes (benchmarks/harness.py).
 
-It runs in two phases. Phase 1 makes things: each model's builds (its profiles one after another in
-its own folder and stage cache; each build's wall seconds and its CPU seconds,
-``cold_build_cpu_seconds``, its own and its runners') and then its peers (in a spawned process),
-``--lanes`` models at once. One by default: on 2 cores two lanes were slower in all, as a build
-already keeps more than one core busy (beside each other, mobilenet_v3_large's host and android
-builds took 182 and 348 s and MiniLM's host build 416 s: 12 min for what takes about 8 one after
-another). Phase 2 times, one model at a time, alone on the machine. The two trained models' rows
+It runs in two phases. Phase 1 makes things, one model after another: each model's builds (its
+profiles one after another in its own folder and stage cache; each build's wall seconds and its CPU
+seconds, ``cold_build_cpu_seconds``, its own and its runners'), its peers and its web build. Two
+models' builds side by side were tried and were slower on 2 cores, as a build already keeps more
+than one core busy (mobilenet_v3_large's host and android builds took 182 and 348 s beside MiniLM's
+host build, 416 s: 12 min for what takes about 8 one after another). Phase 2 times, one model at a
+time, alone on the machine. The two trained models' rows
 (task figures, p50, int8 over its fp32 sibling) are read from the same builds and rounds into
 benchmarks/results/trained.json, as benchmarks/trained.py (make bench-trained) makes them on its own.
 
@@ -60,20 +60,18 @@ Chromium, at 1 and 2 threads, beside native ONNX Runtime and the onnxruntime-web
 (benchmarks/web.py); a second table prints those rows.
 
     python benchmarks/bench.py [--models resnet18,encoder] [--profiles host,x86] [--rounds 6] [--web '']
-                               [--lanes 1] [--out F] [--trained-out F]
+                               [--out F] [--trained-out F]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,7 +100,6 @@ MODELS = {"digitnet": REPO / "edgeship" / "demo" / "model.toml",
           "encoder": HERE / "models" / "encoder.toml"}
 DEFAULT_MODELS = ("digitnet", "resnet18", "mobilenet_v3_large", "minilm")   # the encoder: --models encoder
 PROFILES = ("host", "android", "linux", "x86")
-LANES = 1   # models whose builds and peers are made at once (phase 1); the timing runs alone
 CALIBRATION_SAMPLES, EVALUATION_SAMPLES = 64, 32
 BUILDS = "builds.json"   # in a model's work folder: its spec and each profile's build cost
 
@@ -144,7 +141,7 @@ def run_build(spec: Path, profile: str, folder: Path) -> tuple[float, float, Pat
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.DEVNULL, stderr=err, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)   # the child's own rusage (another lane's builds run beside)
+        _, status, usage = os.wait4(proc.pid, 0)   # the child's own rusage, with its runners
         seconds = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode not in (0, 3):  # 3: a gate failed; the artifacts and results are still there
@@ -168,11 +165,11 @@ class Prepared:
     web: dict[str, Any] | None = None   # web build's out folder and cost, or why it is not measured
 
 
-def prepare(name: str, spec_path: Path, args: argparse.Namespace, pool: ProcessPoolExecutor) -> Prepared:
+def prepare(name: str, spec_path: Path, args: argparse.Namespace) -> Prepared:
     """Phase 1 for one model: every profile built with the real command, cold then again
     unchanged, one after another in the model's own folder (one stage cache: a later profile takes
-    what an earlier one lowered); then the peers made and judged (in ``pool``, a process of their
-    own); then the web build. (With ``--lanes 2`` another model's phase 1 runs beside it.)"""
+    what an earlier one lowered); then the peers made and judged; then the web build. Nothing the
+    bench reports as a speed is measured here (the builds' own latency figures are not read)."""
     ensure_data(spec_path)
     folder = WORK / name
     shutil.rmtree(folder, ignore_errors=True)
@@ -187,7 +184,7 @@ def prepare(name: str, spec_path: Path, args: argparse.Namespace, pool: ProcessP
     # what trained.py needs to take these builds instead of making them again
     (folder / BUILDS).write_text(json.dumps({"spec": str(spec_path.resolve()), "build_cost": cost}, indent=1))
     started = time.perf_counter()
-    found = pool.submit(candidates_of, spec_path, folder, args.profiles).result()
+    found = candidates_of(spec_path, folder, args.profiles)
     peers_seconds = time.perf_counter() - started
     say(name, f"peers made and judged in {peers_seconds:.0f} s")
     web = build_web(name, spec_path, folder) if name in args.web_models else None
@@ -275,29 +272,8 @@ def bench_web(prepared: Prepared, args: argparse.Namespace) -> dict:
     return figures
 
 
-def prepare_all(names: list[str], args: argparse.Namespace) -> dict[str, Prepared]:
-    """Phase 1 for every model, ``args.lanes`` models at a time (the costliest first, so the lanes
-    end close together). Nothing the bench reports as a speed is measured in this phase (the
-    builds' own latency figures are not read; with two lanes they share the cores with the other)."""
-    order = sorted(names, key=lambda n: -COST_ORDER.get(n, 0))
-    spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(args.lanes, mp_context=spawn, initializer=_quiet) as pool, \
-            ThreadPoolExecutor(args.lanes) as lanes:
-        made = {n: lanes.submit(prepare, n, MODELS[n], args, pool) for n in order}
-        return {n: made[n].result() for n in names}
-
-
-def _quiet() -> None:
-    from edgeship.cli import quiet_libraries
-
-    quiet_libraries()
-
-
-COST_ORDER = {"minilm": 4, "mobilenet_v3_large": 3, "resnet18": 2, "encoder": 1}  # phase 1's order
-
-
 def say(model: str, line: str) -> None:
-    """A progress line of one model (the lanes' lines interleave)."""
+    """A progress line of one model."""
     print(f"{model}: {line}", flush=True)
 
 
@@ -318,9 +294,6 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=15, help="timed runs per candidate per round")
     parser.add_argument("--web", default="digitnet,resnet18",
                         help="models whose web profile is built and timed in Chromium too ('' for none)")
-    parser.add_argument("--lanes", type=int, default=LANES,
-                        help=f"models built (and their peers made) at once in phase 1 (default {LANES}: each build "
-                             "alone on the machine; more helps only with cores to spare); the timing always runs alone")
     parser.add_argument("--out", type=Path, default=LATEST,
                         help=f"where the results go (default: {LATEST.relative_to(REPO)})")
     parser.add_argument("--trained-out", type=Path, default=TRAINED,
@@ -331,9 +304,8 @@ def main() -> None:
     args.web_models = [m for m in args.web.split(",") if m]
     names = args.models.split(",")
     unknown = [n for n in names if n not in MODELS]
-    if unknown or args.lanes < 1:
-        parser.error(f"--models: unknown {', '.join(unknown)}; known: {', '.join(MODELS)}" if unknown
-                     else "--lanes must be 1 or more")
+    if unknown:
+        parser.error(f"--models: unknown {', '.join(unknown)}; known: {', '.join(MODELS)}")
     from edgeship.cli import quiet_libraries
 
     quiet_libraries()
@@ -343,10 +315,10 @@ def main() -> None:
           f"int8 {peak['int8_gops']:.1f} GOP/s", flush=True)
     results = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": peak,
                "settings": {"profiles": args.profiles, "rounds": args.rounds, "max_rounds": args.max_rounds,
-                            "processes": args.processes, "block": args.block, "lanes": args.lanes}, "models": {}}
+                            "processes": args.processes, "block": args.block}, "models": {}}
     phase = time.perf_counter()
-    print(f"phase 1: builds and peers, {args.lanes} model(s) at a time", flush=True)
-    prepared = prepare_all(names, args)
+    print("phase 1: builds and peers, one model after another", flush=True)
+    prepared = {name: prepare(name, MODELS[name], args) for name in names}
     phases = {"builds_and_peers": round(time.perf_counter() - phase, 1)}
     phase = time.perf_counter()
     print("phase 2: timing, one model at a time, alone on the machine", flush=True)
