@@ -23,6 +23,7 @@ from edgeship.fsutil import atomic_write_text
 REFERENCE = "eager"
 
 SCHEMA = 1
+REUSED_FROM_CACHE = "reused from the stage cache"   # how the note of a latency row another build measured begins
 # The distributions every build's artifacts depend on; each backend adds its own (its spec's toolchain).
 TOOLCHAIN_DISTS = ("torch", "torchvision", "numpy", "edgeship")
 

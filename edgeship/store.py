@@ -9,9 +9,11 @@ One row per (variant, device) measurement, keyed by model, artifact sha256, devi
 the time it was measured. A variant that has no measurement at all (it failed to lower, or no
 device could run it) gets one row with ``device`` null and the reason in ``notes``. Numbers that
 were not measured are null, as in results.json. Recording is idempotent: a measurement already
-stored (same model, variant, artifact, device and ``measured_at``, as when ``build --resume``
+stored (same model, target, variant, artifact, device and ``measured_at``, as when ``build --resume``
 reuses it) is not stored twice, nor is a build id already there (a build recorded again by the next
-run after a failure). A database that cannot take or give rows (locked, away) is a ``StoreError``.
+run after a failure). A measurement another target's build reused from the stage cache is stored
+with that build too, so each target's rows are whole (reports count it once: ``reports/compare.py``).
+A database that cannot take or give rows (locked, away) is a ``StoreError``.
 
 The schema is versioned with alembic (``edgeship/store_migrations``): opening a store upgrades its
 database to the newest revision this edgeship knows, inside one transaction (on PostgreSQL under an
@@ -178,7 +180,8 @@ class ResultsStore:
 
     def _stored_keys(self, conn: sa.Connection, model: str) -> set[tuple[object, ...]]:
         m = self.measurements
-        query = m.select().with_only_columns(m.c.variant, m.c.artifact_sha256, m.c.device, m.c.measured_at)
+        query = m.select().with_only_columns(m.c.target, m.c.variant, m.c.artifact_sha256, m.c.device,
+                                             m.c.measured_at)
         return {tuple(r) for r in conn.execute(query.where(m.c.model == model))}
 
 
@@ -213,7 +216,7 @@ def migrate(engine: sa.Engine) -> str:
 
 
 def _key(row: Mapping[str, object]) -> tuple[object, ...]:
-    return (row["variant"], row["artifact_sha256"], row["device"], row["measured_at"])
+    return (row["target"], row["variant"], row["artifact_sha256"], row["device"], row["measured_at"])
 
 
 def _variant_rows(results: Results, v: VariantResult) -> list[dict[str, object]]:

@@ -40,7 +40,7 @@ from edgeship.pipeline.schedule import (
     reuse_line,
     unmeasured_devices,
 )
-from edgeship.pipeline.stagecache import StageKeys, restore_artifact, store_artifact
+from edgeship.pipeline.stagecache import Measurements, StageKeys, restore_artifact, store_artifact
 from edgeship.pipeline.validate import Reference, inputs_fingerprint, reference_fingerprint, reference_stage
 from edgeship.profile.models import Variant
 from edgeship.progress import Progress
@@ -91,7 +91,8 @@ def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
     staged = folder.stage()
     lowered = lower_all(plan, model, progress, calibration, keys, cache, staged, ref.judge)
     rows = [eager_row(plan, model, ref)] + [variant_row(staged, item) for item in lowered]
-    validate_all(plan, model, ref, lowered, rows, progress)
+    validate_all(plan, model, ref, lowered, rows, progress,
+                 None if plan.request.remeasure else Measurements(cache, keys, plan.profile.latency))
     selection = select_variant(plan.profile.selection, rows, plan.devices[0].name) if plan.profile.selection else None
     results = Results(target=plan.profile.name, created=now_utc(), model=model_info(model, ref),
                       toolchain=toolchain(), variants=rows, selection=selection,
@@ -255,9 +256,11 @@ def variant_row(staged: Path, item: Lowered) -> VariantResult:
 
 
 def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Lowered],
-                 rows: list[VariantResult], progress: Progress) -> None:
+                 rows: list[VariantResult], progress: Progress, kept: Measurements | None = None) -> None:
     """Measure the eager model and every artifact on every device (devices concurrently, one job
-    at a time on each); fill each row's latency, accuracy and gates."""
+    at a time on each); fill each row's latency, accuracy and gates. With ``kept`` (the stage
+    cache's measurements), a pair another build measured on this machine (the same file, inputs and
+    settings) is taken from it, and what is measured here is kept there."""
     jobs: list[tuple[VariantResult, Job, str | None]] = [(rows[0], eager_job(plan, model, ref), None)]
     for item, row in zip(lowered, rows[1:]):
         if item.artifact is not None:
@@ -271,14 +274,23 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
     results_path = plan.out_dir / "results.json"
     reuse = plan.request.resume or (not plan.request.remeasure and results_path.exists())
     previous = previous_results(results_path, reuse, progress)
-    tasks, reasons = plan_tasks(jobs + sized, plan.devices, plan.out_dir / WORK, previous, current)
+    tasks, reasons = plan_tasks(jobs + sized, plan.devices, plan.out_dir / WORK, previous, current,
+                                kept.get if kept is not None else None)
     if previous is not None:
         progress.info(reuse_line(tasks, reasons, plan.out_dir / "results.json"))
+    cached = [t.label for t in tasks if t.cached]
+    if cached:
+        progress.info(escape(f"measured by an earlier build on this machine, reused from the stage cache: "
+                             f"{len(cached)} of {len(tasks)} ({', '.join(cached)})"))
     with progress.step(f"measure on {', '.join(d.name for d in plan.devices)}") as status:
         measure_all(tasks, plan.profile.latency, progress)
         status["result"] = f"{sum(t.reused is None for t in tasks)} measurement(s)"
     for row, _job, _unavailable in jobs:
         record_measurements(row, [t for t in tasks if t.row is row], ref, current)
+        if kept is not None:
+            for task in tasks:
+                if task.row is row and task.result is not None:
+                    kept.keep(task.device, task.device.planned(task.job), task.result.latency)
         if not row.is_reference:
             judge_row(row, plan.profile.gates_for(_variant(plan, row.name)), ref.judge.task, ref.names, model.spec)
 

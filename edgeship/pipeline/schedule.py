@@ -5,7 +5,9 @@ OS lock (:mod:`edgeship.devices.lock`), so a device never times two things at on
 or another. A device that drops out fails only its own tasks; every other device's results stay.
 With ``build --resume`` a pair already measured in the previous results.json (same artifact
 sha256, same evaluation inputs, same float outputs and labels, same warmup / iterations / threads)
-is reused, not measured again. A requested device that measured nothing fails the build.
+is reused, not measured again; so is, on this machine, a pair another build measured (the stage
+cache's measurement entries: ``stagecache.Measurements``), unless ``--remeasure``. A requested
+device that measured nothing fails the build.
 """
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ from edgeship.profile import LatencySettings
 from edgeship.progress import Progress
 from edgeship.results import DeviceAgreement, Latency, ModelInfo, Results, VariantResult, now_utc
 
+Kept = Callable[[Device, Job, str, "str | None"], "Latency | None"]
+
 
 @dataclass
 class Task:
@@ -49,6 +53,7 @@ class Task:
     workdir: Path
     reused: Latency | None = None
     result: Measurement | None = None
+    cached: bool = False   # reused from the stage cache (another build's measurement), not results.json
 
     @property
     def label(self) -> str:
@@ -72,8 +77,10 @@ class ReuseKey:
 
 
 def plan_tasks(jobs: list[tuple[VariantResult, Job, str | None]], devices: list[Device], work: Path,
-               previous: Results | None, current: ReuseKey) -> tuple[list[Task], Counter]:
+               previous: Results | None, current: ReuseKey, kept: Kept | None = None) -> tuple[list[Task], Counter]:
     """Tasks in (variant, device) order; devices that cannot run a job get a note on the row.
+    A pair not reused from ``previous`` (the folder's results.json) is looked up in ``kept`` (the
+    stage cache's measurements: ``kept(device, job, inputs_sha256, reference_sha256)``).
     Returns the tasks and, for a resumed build, why each measured pair was not reused."""
     tasks: list[Task] = []
     reasons: Counter = Counter()
@@ -85,8 +92,13 @@ def plan_tasks(jobs: list[tuple[VariantResult, Job, str | None]], devices: list[
                 row.notes += [] if note in row.notes else [note]  # once, not once per size
                 continue
             task = Task(row, job, device, work / row.name / device.name / (job.size or ""))
+            why = None
             if previous is not None:
                 task.reused, why = reusable(previous, row, device.name, device.planned(job), current)
+            if task.reused is None and kept is not None:
+                task.reused = kept(device, device.planned(job), *current.at(job.size))
+                task.cached = task.reused is not None
+            if why is not None:
                 reasons[why] += task.reused is None
             tasks.append(task)
     return tasks, reasons

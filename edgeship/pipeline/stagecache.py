@@ -1,6 +1,6 @@
 """The stage cache: each stage's output kept under a hash of exactly what it was made from.
 
-Three levels, all in :mod:`edgeship.cache` (``artifacts/.cache``, entries written atomically):
+Four levels, all in :mod:`edgeship.cache` (``artifacts/.cache``, entries written atomically):
 
 - **artifact** (per variant): the variant's folder and what lowering learned (``lowered.json``,
   with the artifact's sha256; the entry lists every file's sha256), keyed by the model
@@ -10,10 +10,16 @@ Three levels, all in :mod:`edgeship.cache` (``artifacts/.cache``, entries writte
   set), the toolchain versions and edgeship's own source (and that of backends kept outside it);
 - **reference**: the evaluation inputs, the float model's outputs on them and the model's facts
   (parameters, FLOPs), keyed by the model, the evaluation data and settings;
+- **measurement** (per variant and device, this machine only): a clean measurement, keyed by the
+  device (name, host, Python, CPU facts), the runtime and the artifact's sha256 (the float model's
+  key for the eager row), the runner's options, the evaluation inputs and float outputs, the latency
+  settings, the toolchain and edgeship's source (:class:`Measurements`): a build of another profile
+  takes the eager row and every byte-identical artifact's row from it, marked as reused, its
+  ``measured_at`` the earlier build's;
 - **build**: the key of everything a build reads. An unchanged re-build finds its key in the
   previous results.json with every file intact, and reuses the whole output without importing
   torch. Measurements are reused from the previous results.json (same artifact sha256, inputs and
-  latency settings) unless ``--remeasure``.
+  latency settings), else from the measurement entries, unless ``--remeasure``.
 
 Every restore is checked: the entry's files against the sha256 list stored with them, the artifact
 against ``lowered.json`` and the copy against both. A damaged entry is discarded and the stage
@@ -36,12 +42,15 @@ from typing import TYPE_CHECKING
 from edgeship.backends.registry import cpu_dependence, outside_sources, toolchain
 from edgeship.cache import Cache, cache_key
 from edgeship.config import ENTRY_PATTERN
+from edgeship.devices.base import Device, Job
 from edgeship.devices.hashing import sha256_file, sha256_path
+from edgeship.devices.local import LocalDevice
 from edgeship.entry import entry_source
 from edgeship.fsutil import atomic_write_text, full_disk_is_write_failure, remove_path
 from edgeship.pipeline.plan import Plan
-from edgeship.profile.models import Variant
+from edgeship.profile.models import LatencySettings, Variant
 from edgeship.quantize.settings import needs_calibration
+from edgeship.results import REUSED_FROM_CACHE, Latency, now_utc
 
 if TYPE_CHECKING:
     from edgeship.pipeline.lower import LoweredRecord
@@ -49,6 +58,7 @@ if TYPE_CHECKING:
 
 PACKAGE = Path(__file__).resolve().parent.parent
 LOWERED = "lowered.json"
+MEASUREMENT, MEASURED = "measurement", "latency.json"   # namespace and file of a kept measurement
 SOURCE_SUFFIXES = {".py", ".toml", ".j2", ".html", ".kt", ".swift", ".md", ".txt", ".cpp", ".mjs", ".js", ".java"}
 
 
@@ -168,3 +178,70 @@ def store_artifact(cache: Cache, key: Mapping[str, object], folder: Path, record
         shutil.copytree(folder, dest / "files", ignore=shutil.ignore_patterns("lowering.log"))
         atomic_write_text(dest / LOWERED, json.dumps(record, indent=1, default=str))
     cache.get_or_compute("artifact", key, fill)
+
+
+class Measurements:
+    """Measurements on this machine kept in the stage cache (``measurement`` entries), so that a
+    build of another profile (same model, same stage cache) takes what an earlier one measured of
+    the same file instead of timing it again: the float model, which every build measures, and the
+    artifacts two profiles share byte for byte (the same variant in a host and an x86 build).
+
+    A measurement is reused only where nothing it depends on has changed: the device (this
+    machine: its name, host name, Python and CPU facts), the runtime and the artifact's sha256 (the
+    float model's identity for the eager row), the runner's options, the evaluation inputs and the
+    float outputs and labels its accuracy is computed against, the latency settings, the toolchain
+    and edgeship's own source. Only clean measurements are kept (timed or outputs returned, not
+    contended by other work, no runner error); only local devices that are not emulated take part
+    (a remote board's identity is its address, not what is on it now). ``--remeasure`` neither
+    reads nor writes them. The reused row keeps its ``measured_at`` and says where it came from."""
+
+    def __init__(self, cache: Cache, keys: StageKeys, latency: LatencySettings) -> None:
+        self.cache = cache
+        self.keys = keys
+        self.latency = latency.model_dump(mode="json")
+
+    def key(self, device: Device, job: Job, inputs_sha256: str, reference_sha256: str | None) -> dict | None:
+        """The entry's key, or None where a measurement of ``device`` is not kept."""
+        if device.transport != "local" or device.emulation is not None or not isinstance(device, LocalDevice):
+            return None
+        if not job.is_reference and job.sha256 is None:
+            return None
+        facts = device.own_cpu() or {}
+        what = {"model": self.keys.model} if job.is_reference else {"sha256": job.sha256}
+        return {**self.keys.common,
+                "device": {"name": device.name, "host": device.address, "python": device.python,
+                           "cpu": {k: facts.get(k) for k in ("model", "arch", "flags")}},
+                "job": {"runtime": job.runtime, **what, "options": job.options, "input_names": job.input_names,
+                        "batch": job.batch, "warmup": job.warmup, "iterations": job.iterations,
+                        "threads": job.threads, "size": job.size},
+                "inputs": inputs_sha256, "reference": reference_sha256, "latency": self.latency}
+
+    def get(self, device: Device, job: Job, inputs_sha256: str, reference_sha256: str | None) -> Latency | None:
+        """The kept measurement of ``job`` on ``device``, marked as reused; None on a miss."""
+        key = self.key(device, job, inputs_sha256, reference_sha256)
+        entry = self.cache.get(MEASUREMENT, key, redo="measuring again") if key is not None else None
+        if entry is None:
+            return None
+        try:
+            lat = Latency.model_validate_json((entry.path / MEASURED).read_text())
+        except (OSError, ValueError):
+            self.cache.discard_damaged(entry, f"{MEASURED} cannot be read", "measuring again")
+            return None
+        lat.notes.append(f"{REUSED_FROM_CACHE} at {now_utc()}: measured {lat.measured_at} by an earlier "
+                         "build on this machine (same file, inputs, float outputs and latency settings; "
+                         "--remeasure measures again)")
+        return lat
+
+    def keep(self, device: Device, job: Job, lat: Latency) -> None:
+        """Keep a measurement just made (after its accuracy was filled in), when it is clean."""
+        key = self.key(device, job, lat.inputs_sha256 or "", lat.reference_sha256)
+        clean = (lat.run_error is None and not lat.contended and lat.emulated is None
+                 and (lat.p50_ms is not None or lat.accuracy is not None)
+                 and not any(n.startswith("not measured") for n in lat.notes))
+        if key is None or not clean or lat.inputs_sha256 is None:
+            return
+        kept = lat.model_copy(deep=True, update={"vs_first_device": None})  # another build's devices: not ours
+
+        def fill(dest: Path) -> None:
+            atomic_write_text(dest / MEASURED, kept.model_dump_json(indent=1))
+        self.cache.get_or_compute(MEASUREMENT, key, fill)

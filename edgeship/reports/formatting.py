@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeship.reports.rows import Line, Report, Shown, why_no_accuracy, why_no_field, why_no_latency
-from edgeship.results import Accuracy, Results
+from edgeship.results import REUSED_FROM_CACHE, Accuracy, Results
 
 NOT_MEASURED = "not measured"
 EMULATED = "emulated"  # a latency cell of an emulated device: the time is the emulator's
 NOT_INFORMATIVE = "not informative"
 NON_FINITE = "NaN/inf"
+REUSED_WHY = ("measured by an earlier build on this machine (its measured_at in results.json) and reused from the "
+              "stage cache: the same file, inputs, float outputs and latency settings")
 
 
 def ms(value: float) -> str:
@@ -53,6 +55,8 @@ def latency(line: Line, device: str, key: str = "p50_ms") -> Shown:
         return Shown(EMULATED, why_no_latency(line, device))
     if value is None:
         return Shown(NOT_MEASURED, why_no_latency(line, device))
+    if any(n.startswith(REUSED_FROM_CACHE) for n in lat.notes):
+        return Shown(ms(value), REUSED_WHY)
     return Shown(ms(value))
 
 

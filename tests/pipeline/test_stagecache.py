@@ -5,14 +5,20 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from edgeship.cache import Cache, cache_key
 from edgeship.cli import main
+from edgeship.devices.base import Job
 from edgeship.devices.hashing import sha256_path
-from edgeship.pipeline.stagecache import restore_artifact, store_artifact
+from edgeship.devices.local import LocalDevice
+from edgeship.pipeline.stagecache import Measurements, restore_artifact, store_artifact
+from edgeship.profile.models import LatencySettings
+from edgeship.results import Latency
+from edgeship.store import ResultsStore, default_url
 from tests.conftest import REPO, write_profile
 from tests.models.tinynet import build
 
@@ -164,3 +170,62 @@ def test_stagecache_build_refuses_a_cache_folder_of_user_files(capsys, tiny_proj
                  "--out", str(tmp_path / "out")])
     assert code == 2 and "not an edgeship cache" in capsys.readouterr().err
     assert [p.name for p in folder.iterdir()] == ["cat.jpg"] and not (tmp_path / "out" / "results.json").exists()
+
+
+def test_stagecache_another_profile_takes_the_measurements_of_its_same_files_and_of_the_float_model(
+        capsys, tiny_project, tmp_path) -> None:
+    spec = tiny_project / "model.toml"
+    _, _, first = _build(capsys, write_profile(tmp_path, ORT), spec, tmp_path / "one")
+    code = main(["build", "--target", str(write_profile(tmp_path, ORT + LITE, name="more")), "--model", str(spec),
+                 "--out", str(tmp_path / "two")])
+    said = " ".join("".join(capsys.readouterr()).split())   # the progress lines, unwrapped
+    second = json.loads((tmp_path / "two" / "results.json").read_text())
+    before = {v["name"]: v["latency"][0] for v in first["variants"]}
+    after = {v["name"]: v["latency"][0] for v in second["variants"]}
+    assert code == 0 and "reused from the stage cache: 2 of 3 (eager on host, ort on host)" in said
+    for name in ("eager", "ort"):   # the earlier build's measurement, as it was, and said so
+        assert after[name]["measured_at"] == before[name]["measured_at"]
+        assert after[name]["p50_ms"] == before[name]["p50_ms"] and after[name]["accuracy"] == before[name]["accuracy"]
+        assert any(n.startswith("reused from the stage cache") for n in after[name]["notes"])
+    assert not any("reused" in n for n in after["lite"]["notes"])
+    assert "measured by an earlier build on this machine" in (tmp_path / "two" / "report.md").read_text()
+    stored = ResultsStore(default_url()).rows(model="tiny", target="more")   # each target's rows whole
+    assert {(r["variant"], r["measured_at"]) for r in stored} >= {(n, after[n]["measured_at"]) for n in after}
+    assert "measured by an earlier build" not in (tmp_path / "one" / "report.md").read_text()
+    _, _, third = _build(capsys, write_profile(tmp_path, ORT, name="again"), spec, tmp_path / "three", "--remeasure")
+    assert all(not any("reused" in n for n in v["latency"][0]["notes"]) for v in third["variants"])
+    assert third["variants"][1]["latency"][0]["measured_at"] > before["ort"]["measured_at"]
+
+
+def _latency(**changes: object) -> Latency:
+    lat = Latency(device="host", runtime="onnxruntime", warmup=1, iterations=5, threads=None, p50_ms=1.0,
+                  measured_at="2026-12-07T10:00:00Z", inputs_sha256="in", reference_sha256="ref")
+    return lat.model_copy(update=changes)
+
+
+def _job(sha: str | None = "abc") -> Job:
+    return Job(runtime="onnxruntime", artifact=Path("model.onnx"), sha256=sha, inputs=Path("in.npz"),
+               input_names=["x"], batch=1, warmup=1, iterations=5, threads=None, timeout_s=60.0)
+
+
+@pytest.mark.parametrize("change", [{"contended": True}, {"run_error": "it crashed"}, {"p50_ms": None},
+                                    {"notes": ["not measured: the device dropped out"]}])
+def test_stagecache_keeps_only_clean_measurements(tmp_path: Path, change: dict) -> None:
+    kept = Measurements(Cache(tmp_path / "cache"), SimpleNamespace(common={}, model={}), LatencySettings())
+    device = LocalDevice()
+    kept.keep(device, _job(), _latency(**change))
+    assert kept.get(device, _job(), "in", "ref") is None
+    kept.keep(device, _job(), _latency())
+    assert kept.get(device, _job(), "in", "ref").p50_ms == 1.0
+
+
+def test_stagecache_measurement_is_not_taken_for_another_cpu_file_or_inputs(tmp_path: Path, monkeypatch) -> None:
+    kept = Measurements(Cache(tmp_path / "cache"), SimpleNamespace(common={}, model={}), LatencySettings())
+    device = LocalDevice()
+    kept.keep(device, _job(), _latency())
+    assert kept.get(device, _job("other"), "in", "ref") is None
+    assert kept.get(device, _job(), "other inputs", "ref") is None
+    assert kept.get(device, _job(), "in", "other labels") is None
+    assert kept.get(device, _job(None), "in", "ref") is None   # no sha256: nothing to know it by
+    monkeypatch.setattr(device, "own_cpu", lambda: {"model": "another CPU", "arch": "x86_64", "flags": ["avx2"]})
+    assert kept.get(device, _job(), "in", "ref") is None
