@@ -214,7 +214,7 @@ def bench_model(prepared: Prepared, args: argparse.Namespace) -> tuple[dict, Tim
                           "builds_cpu": round(sum(c["cold_build_cpu_seconds"] for c in prepared.cost.values()), 1),
                           "peers_and_accuracy": round(prepared.peers_seconds, 1),
                           "timing": round(timing_seconds, 1), "loads": round(loads_seconds, 1),
-                          "rounds": len(timing.log)}
+                          "rounds": len(timing.log), "settle": round(timing.settled_s, 1)}
     if summary.get("web", {}).get("seconds") is not None:
         summary["seconds"]["web_timing"] = summary["web"]["seconds"]
     say(name, f"{len(timed)} candidates timed in {timing_seconds:.0f} s (their workers loaded one at a time in "

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 
 WARMUP = 10
-SETTLE_S = 0.1
+SETTLE_S = 0.1                            # the longest wait for the last worker's threads to go idle
+IDLE_WINDOW_S, IDLE_CPU_NS = 0.005, 500_000   # idle: under 0.5 ms of CPU over all its threads in 5 ms
 BLOCK_SECONDS, MIN_BLOCK = 0.3, 5
 
 
@@ -84,11 +85,15 @@ class Timing:
 
         context = multiprocessing.get_context("spawn")
         self.pipes: dict[tuple[str, int], Any] = {}
+        self.pids: dict[tuple[str, int], int] = {}
+        self.settled_s = 0.0   # waited in all for a worker's threads to go idle before the next one ran
+        self._last: tuple[str, int] | None = None   # the worker that ran last
         for name, (loader, args) in {**jobs, **(cold_only or {})}.items():
             for k in range(processes):
                 parent, child = context.Pipe()
-                context.Process(target=_worker, args=(child, loader, args, inputs), daemon=True).start()
-                self.pipes[name, k] = parent
+                process = context.Process(target=_worker, args=(child, loader, args, inputs), daemon=True)
+                process.start()
+                self.pipes[name, k], self.pids[name, k] = parent, process.pid
         self.failed: dict[str, str] = {}
         self.cold: dict[str, list[dict[str, Any]]] = {}   # job -> each worker's cold start
         self._order = random.Random(0)
@@ -158,10 +163,19 @@ class Timing:
             # thread pool may still be spinning down) or always comes first.
             record: dict[str, dict[int, float]] = {}
             for key in self._order.sample(keys, len(keys)):
-                time.sleep(SETTLE_S)  # let the previous worker's spinning thread pool go idle
+                # the previous worker's thread pool, spinning after its block, must not share the cores
+                self.settled_s += settle(self._idle_pid())
                 self.pipes[key].send(self._block(key[0], block))
                 record.setdefault(key[0], {})[key[1]] = statistics.median(self.pipes[key].recv())
+                self._last = key
             self.log.append(record)
+
+    def _idle_pid(self) -> int | None:
+        """The process whose threads must go idle before the next block: the last worker's, unless its
+        candidate runs in another process (a browser page), whose threads it cannot see (then None)."""
+        if self._last is None or any(r.get("not_measured") == IN_A_BROWSER for r in self.cold.get(self._last[0], [])):
+            return None
+        return self.pids.get(self._last)
 
     def _block(self, name: str, block: int) -> int:
         p50 = self.p50(name)
@@ -264,6 +278,37 @@ def reset_peak() -> bool:
     except OSError:
         return False
     return True
+
+
+def settle(pid: int | None) -> float:
+    """Wait until the worker process ``pid`` (the one that ran last) is idle: its threads, which a
+    runtime's pool keeps spinning for a while after a block (ONNX Runtime's about 25 ms here,
+    PyTorch's, OpenVINO's and XNNPACK's a few), used under IDLE_CPU_NS of CPU in the last
+    IDLE_WINDOW_S; at most SETTLE_S. Where its CPU time cannot be read (no /proc), SETTLE_S.
+    Returns the seconds waited."""
+    start = time.perf_counter()
+    last = _cpu_ns(pid) if pid is not None else None
+    if last is None:
+        time.sleep(SETTLE_S)
+        return SETTLE_S
+    while True:
+        time.sleep(IDLE_WINDOW_S)
+        now, waited = _cpu_ns(pid), time.perf_counter() - start
+        if now is None or now - last < IDLE_CPU_NS or waited >= SETTLE_S:
+            return waited
+        last = now
+
+
+def _cpu_ns(pid: int) -> int | None:
+    """The CPU time (ns) every thread of process ``pid`` has run (Linux: /proc/<pid>/task/*/schedstat)."""
+    total, found = 0, False
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[0])
+            found = True
+        except (OSError, ValueError, IndexError):  # a thread that ended while being read
+            continue
+    return total if found else None
 
 
 def _worker(conn, loader: str, args: tuple, inputs: list[np.ndarray]) -> None:

@@ -4,6 +4,7 @@ loader run here and in spawned timing workers that load one at a time."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from harness import Timing, cold_start, status_mib  # noqa: E402
+from harness import SETTLE_S, Timing, cold_start, settle, status_mib  # noqa: E402
 
 from tests import system  # noqa: E402
 
@@ -126,3 +127,26 @@ def test_timing_a_cold_only_job_is_loaded_and_measured_but_not_timed() -> None:
         timing.close()
     assert timing.names == ["timed"] and list(timing.log[0]) == ["timed"]
     assert timing.cold_start("same file, own loader")["rss_over_baseline_mb"]["low"] >= 32 - 1
+
+
+def _spinning(seconds: float) -> subprocess.Popen:
+    """A process that spins on the CPU for ``seconds`` (after saying so), then sleeps: a runtime's
+    thread pool after a block."""
+    code = ("import sys, time; print('up', flush=True); end = time.perf_counter() + float(sys.argv[1])\n"
+            "while time.perf_counter() < end: pass\ntime.sleep(30)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "up\n"
+    return proc
+
+
+@linux_only
+def test_harness_settle_waits_for_the_last_worker_to_go_idle_and_no_longer() -> None:
+    for spin, low, high in ((0.05, 0.04, SETTLE_S), (0.0, 0.0, 0.04), (60.0, SETTLE_S, 1.0)):
+        proc = _spinning(spin)
+        try:
+            waited = settle(proc.pid)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert low <= waited <= high, (spin, waited)
+    assert settle(None) == SETTLE_S   # no process to watch: the longest wait
