@@ -8,7 +8,10 @@ an ssh device kills its remote runner), stops every process this one started, an
 raises ``Interrupted`` in the main thread. Threads that measure check ``STOP`` before each job and
 after it (``check``), so a runner stopped by the signal is never recorded as a result, and the build
 does not go on to the next one. A block that must not be cut in half (publishing the build into
-its folder: a few renames) runs ``deferred``: the signal is kept and raised when it ends.
+its folder: a few renames) runs ``deferred``: the signal is kept and raised when it ends. A signal
+that comes while a C extension module initializes (during an import) is raised once that is done
+(tried again every ``AGAIN_S``, for at most ``IMPORT_GRACE_S``): raised in the Python code such an
+initialization calls, it would cross C and abort the process.
 
 ``Interrupted`` is a KeyboardInterrupt, so code that passes Ctrl-C through passes it through too;
 the command exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
@@ -28,6 +31,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -35,9 +39,10 @@ if TYPE_CHECKING:
 
 STOP = threading.Event()
 GRACE_S = 1.0
+AGAIN_S, IMPORT_GRACE_S = 0.05, 10.0   # a signal in an extension's initialization: again every 50 ms, at most 10 s
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal or ssh session closed
 _running: dict[int, Cancellable] = {}   # id -> a device running a job now
-_state = {"deferred": 0, "pending": 0}  # blocks that defer the signal, and the signal kept meanwhile
+_state = {"deferred": 0, "pending": 0, "since": 0.0}  # blocks that defer it, the signal kept, when it came
 _before: dict[int, object] = {}   # while installed: the handlers it replaced
 
 
@@ -66,7 +71,7 @@ def installed() -> Iterator[None]:
         yield
         return
     STOP.clear()
-    _state.update(deferred=0, pending=0)
+    _state.update(deferred=0, pending=0, since=0.0)
     _before.update({s: signal.signal(s, _on_signal) for s in SIGNALS})
     try:
         yield
@@ -85,15 +90,36 @@ def _restore() -> None:
 os.register_at_fork(after_in_child=_restore)
 
 
-def _on_signal(signum: int, frame: object) -> None:
+def _on_signal(signum: int, frame: FrameType | None) -> None:
     first = not STOP.is_set()
     STOP.set()
     if first:
         stop_children()
+        _state["since"] = time.monotonic()
     if _state["deferred"]:
         _state["pending"] = _state["pending"] or signum
         return
+    if _in_extension_init(frame) and time.monotonic() - _state["since"] < IMPORT_GRACE_S:
+        # Raised in Python code a C extension's initialization calls (onnx's, creating its enums),
+        # the exception crosses C and aborts the process (SIGABRT: no exit status, the folder's lock
+        # left): the signal comes again once that is done.
+        threading.Timer(AGAIN_S, os.kill, (os.getpid(), signum)).start()
+        return
     raise Interrupted(signum)
+
+
+def _in_extension_init(frame: FrameType | None) -> bool:
+    """Whether the main thread runs inside a C extension module's initialization (importlib's
+    ExtensionFileLoader creating or executing it, somewhere down its stack)."""
+    from importlib.machinery import ExtensionFileLoader
+
+    while frame is not None:
+        code = frame.f_code
+        if (code.co_filename.startswith("<frozen importlib") and code.co_name in ("create_module", "exec_module")
+                and isinstance(frame.f_locals.get("self"), ExtensionFileLoader)):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def stop_children(grace_s: float = GRACE_S) -> None:

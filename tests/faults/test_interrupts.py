@@ -162,3 +162,36 @@ def test_faults_a_child_a_library_forks_dies_at_sigterm_while_stuck_in_c() -> No
     proc = subprocess.run([sys.executable, "-c", FORKED_CHILD], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == [str(-signal.SIGTERM)]
+
+
+
+EXTENSION_INIT = """
+import os, signal, sys, time
+from importlib.machinery import ExtensionFileLoader
+from edgeship import stopping
+ns = {}   # importlib's exec_module of an extension, as the handler sees it on the stack
+exec(compile("def exec_module(self, init):\\n    return init()\\n", "<frozen importlib._bootstrap_external>",
+             "exec"), ns)
+done = []
+
+def init():   # Python code the extension's initialization calls (onnx's: creating its enums)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.3)
+    done.append(True)
+
+with stopping.installed():
+    try:
+        ns["exec_module"](ExtensionFileLoader("fake", "fake.so"), init)
+        time.sleep(5)
+        print("not interrupted")
+    except stopping.Interrupted as e:
+        print("interrupted", bool(done), e.exit_code)
+"""
+
+
+def test_faults_a_signal_while_an_extension_initializes_stops_the_command_once_it_is_done() -> None:
+    """Raised in the Python code a C extension's initialization calls, Interrupted would cross C and
+    abort the process (seen: SIGINT while onnx created its enums; exit -6, the folder's lock left)."""
+    done = subprocess.run([sys.executable, "-c", EXTENSION_INIT], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == ["interrupted", "True", "130"], done.stderr[-2000:]
