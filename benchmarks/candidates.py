@@ -8,10 +8,12 @@ an fp16 artifact computed in f32 is fp32, an fp32 model an OpenVINO plugin compu
 ``sqnr_db`` / ``top1_drop`` (against the float model on the evaluation samples: edgeship's from its
 results.json, the peers' measured here the same way), ``identity`` (runtime and file sha256) and
 ``same_as``: a byte-identical candidate run by the same runtime is timed once, as the first of them.
+A peer also has ``made_and_judged_seconds``: what making it and its accuracy run took here.
 """
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,14 +104,17 @@ def peers(spec: Any, model: Any, folder: Path) -> dict[str, dict[str, Any]]:
     reference = float_outputs(model, evaluation)
     labels = evaluation.labels if spec.task == "classification" else None  # an embedding's are its pairs
     compile_args = (spec.model_dump(mode="json"), str(spec.base_dir))
+    started = time.perf_counter()
     compiled = peer_module.load_torch_compile(*compile_args)
     rows = {"peer: torch.compile": {"job": ("peers:load_torch_compile", compile_args), "kind": "peer",
                                     "precision": "fp32", "runtime": "torch.compile", "size_bytes": None,
                                     **peer_accuracy(lambda arrays: [compiled(arrays).numpy()], evaluation, reference,
-                                                  labels)}}
+                                                  labels),
+                                    "made_and_judged_seconds": round(time.perf_counter() - started, 1)}}
     fp32_onnx = None
     for precision, table in (("fp32", PEERS_FP32), ("int8", PEERS_INT8)):
         for name, make, load, identity in table:
+            started = time.perf_counter()
             try:
                 if make == "make_ort_int8_default":
                     if fp32_onnx is None:
@@ -129,7 +134,8 @@ def peers(spec: Any, model: Any, folder: Path) -> dict[str, dict[str, Any]]:
                 continue
             row = {"job": (f"peers:{load}", (str(path),)), "kind": "peer", "precision": precision,
                    "runtime": RUNTIME_OF.get(identity, identity), "size_bytes": peer_module.size_of(path),
-                   "identity": (identity, _sha256(path)), **accuracy}
+                   "identity": (identity, _sha256(path)), **accuracy,
+                   "made_and_judged_seconds": round(time.perf_counter() - started, 1)}
             if isinstance(predict, peer_module.OpenVinoDefault):
                 row.update(plugin_compiled(predict, precision))
             rows[name] = row
