@@ -55,9 +55,12 @@ def latency(line: Line, device: str, key: str = "p50_ms") -> Shown:
         return Shown(EMULATED, why_no_latency(line, device))
     if value is None:
         return Shown(NOT_MEASURED, why_no_latency(line, device))
-    if any(n.startswith(REUSED_FROM_CACHE) for n in lat.notes):
-        return Shown(ms(value), REUSED_WHY)
-    return Shown(ms(value))
+    return Shown(ms(value), reused_why(lat))
+
+
+def reused_why(lat: Any) -> str | None:
+    """The footnote of a number another build measured (reused from the stage cache), else None."""
+    return REUSED_WHY if any(n.startswith(REUSED_FROM_CACHE) for n in lat.notes) else None
 
 
 def mib(value: float) -> str:
@@ -79,7 +82,7 @@ def cold_start(line: Line, device: str) -> Shown:
         return Shown(f"{ms(load)} ms + {NOT_MEASURED}", why_null(line, device, "first_inference_ms"))
     if load is None:
         return Shown(f"{NOT_MEASURED} + {ms(first)} ms", why_null(line, device, "load_ms"))
-    return Shown(f"{ms(load)} + {ms(first)} ms")
+    return Shown(f"{ms(load)} + {ms(first)} ms", reused_why(lat))
 
 
 def memory(line: Line, device: str) -> Shown:
@@ -91,7 +94,7 @@ def memory(line: Line, device: str) -> Shown:
                                "its memory includes the emulator's own")
     if lat is None or lat.rss_over_baseline_mb is None:
         return Shown(NOT_MEASURED, why_null(line, device, "rss_over_baseline_mb"))
-    return Shown(mib(lat.rss_over_baseline_mb))
+    return Shown(mib(lat.rss_over_baseline_mb), reused_why(lat))
 
 
 def why_null(line: Line, device: str, key: str) -> str:
