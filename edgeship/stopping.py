@@ -100,7 +100,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         _state["pending"] = _state["pending"] or signum
         return
     if _in_extension_init(frame) and time.monotonic() - _state["since"] < IMPORT_GRACE_S:
-        # Raised in Python code a C extension's initialization calls (onnx's, creating its enums),
+        # Raised in Python code a C extension's initialization calls (one creating its enums),
         # the exception crosses C and aborts the process (SIGABRT: no exit status, the folder's lock
         # left): the signal comes again once that is done.
         threading.Timer(AGAIN_S, os.kill, (os.getpid(), signum)).start()
