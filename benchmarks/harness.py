@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 WARMUP = 10
-SETTLE_S = 0.1                            # the longest wait for the last worker's threads to go idle
-IDLE_WINDOW_S, IDLE_CPU_NS = 0.005, 500_000   # idle: under 0.5 ms of CPU over all its threads in 5 ms
+SETTLE_S = 0.1          # the longest wait for the last worker's threads to go idle
+IDLE_POLL_S = 0.002     # how often they are looked at
 BLOCK_SECONDS, MIN_BLOCK = 0.3, 5
 
 
@@ -281,34 +281,36 @@ def reset_peak() -> bool:
 
 
 def settle(pid: int | None) -> float:
-    """Wait until the worker process ``pid`` (the one that ran last) is idle: its threads, which a
-    runtime's pool keeps spinning for a while after a block (ONNX Runtime's about 25 ms here,
-    PyTorch's, OpenVINO's and XNNPACK's a few), used under IDLE_CPU_NS of CPU in the last
-    IDLE_WINDOW_S; at most SETTLE_S. Where its CPU time cannot be read (no /proc), SETTLE_S.
-    Returns the seconds waited."""
-    start = time.perf_counter()
-    last = _cpu_ns(pid) if pid is not None else None
-    if last is None:
-        time.sleep(SETTLE_S)
-        return SETTLE_S
+    """Wait until the worker process ``pid`` (the one that ran last) is idle: none of its threads
+    running or waiting to run (state R in /proc/<pid>/task/*/stat) in two looks IDLE_POLL_S apart;
+    a runtime's pool keeps spinning for a while after a block (ONNX Runtime's about 25 ms here,
+    PyTorch's, OpenVINO's and XNNPACK's a few), and a spinning thread is R whether or not it has a
+    core. At most SETTLE_S; where the threads cannot be read (no /proc), SETTLE_S. Returns the
+    seconds waited."""
+    start, idle = time.perf_counter(), 0
     while True:
-        time.sleep(IDLE_WINDOW_S)
-        now, waited = _cpu_ns(pid), time.perf_counter() - start
-        if now is None or now - last < IDLE_CPU_NS or waited >= SETTLE_S:
+        busy = _running_threads(pid) if pid is not None else None
+        waited = time.perf_counter() - start
+        if busy is None:
+            time.sleep(max(0.0, SETTLE_S - waited))
+            return SETTLE_S
+        idle = idle + 1 if busy == 0 else 0
+        if idle == 2 or waited >= SETTLE_S:
             return waited
-        last = now
+        time.sleep(IDLE_POLL_S)
 
 
-def _cpu_ns(pid: int) -> int | None:
-    """The CPU time (ns) every thread of process ``pid`` has run (Linux: /proc/<pid>/task/*/schedstat)."""
-    total, found = 0, False
-    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+def _running_threads(pid: int) -> int | None:
+    """How many threads of process ``pid`` are running or runnable (Linux: /proc/<pid>/task/*/stat)."""
+    count, found = 0, False
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
         try:
-            total += int(stat.read_text().split()[0])
-            found = True
-        except (OSError, ValueError, IndexError):  # a thread that ended while being read
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]   # after the command name, which may hold spaces
+        except (OSError, IndexError):  # a thread that ended while being read
             continue
-    return total if found else None
+        found = True
+        count += state == "R"
+    return count if found else None
 
 
 def _worker(conn, loader: str, args: tuple, inputs: list[np.ndarray]) -> None:
