@@ -42,7 +42,9 @@ GRACE_S = 1.0
 AGAIN_S, IMPORT_GRACE_S = 0.05, 10.0   # a signal in an extension's initialization: again every 50 ms, at most 10 s
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal or ssh session closed
 _running: dict[int, Cancellable] = {}   # id -> a device running a job now
-_state = {"deferred": 0, "pending": 0, "since": 0.0}  # blocks that defer it, the signal kept, when it came
+_state = {"deferred": 0, "pending": 0, "since": 0.0, "owed": 0}  # blocks that defer it, the signal kept,
+# when it came, and a signal that came in an extension's initialization and is still to be raised
+_again: list[threading.Timer] = []   # the timers sending that signal again
 _before: dict[int, object] = {}   # while installed: the handlers it replaced
 
 
@@ -71,12 +73,14 @@ def installed() -> Iterator[None]:
         yield
         return
     STOP.clear()
-    _state.update(deferred=0, pending=0, since=0.0)
+    _state.update(deferred=0, pending=0, since=0.0, owed=0)
     _before.update({s: signal.signal(s, _on_signal) for s in SIGNALS})
     try:
         yield
     finally:
         _restore()
+    if _state["owed"]:   # the block ended before the signal came again: raised here, not lost
+        raise Interrupted(_state["owed"])
 
 
 def _restore() -> None:
@@ -85,6 +89,9 @@ def _restore() -> None:
     for s, handler in _before.items():
         signal.signal(s, handler)
     _before.clear()
+    for timer in _again:   # no signal sent again to the handlers from before
+        timer.cancel()
+    _again.clear()
 
 
 os.register_at_fork(after_in_child=_restore)
@@ -103,8 +110,11 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         # Raised in Python code a C extension's initialization calls (one creating its enums),
         # the exception crosses C and aborts the process (SIGABRT: no exit status, the folder's lock
         # left): the signal comes again once that is done.
-        threading.Timer(AGAIN_S, os.kill, (os.getpid(), signum)).start()
+        _state["owed"] = signum
+        _again.append(threading.Timer(AGAIN_S, os.kill, (os.getpid(), signum)))
+        _again[-1].start()
         return
+    _state["owed"] = 0
     raise Interrupted(signum)
 
 
