@@ -287,12 +287,11 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
         status["result"] = f"{sum(t.reused is None for t in tasks)} measurement(s)"
     for row, _job, _unavailable in jobs:
         record_measurements(row, [t for t in tasks if t.row is row], ref, current)
-        if kept is not None:
-            for task in tasks:
-                if task.row is row and task.result is not None:
-                    kept.keep(task.device, task.device.planned(task.job), task.result.latency)
         if not row.is_reference:
             judge_row(row, plan.profile.gates_for(_variant(plan, row.name)), ref.judge.task, ref.names, model.spec)
+    for task in tasks if kept is not None else []:   # measured here, its accuracy filled in: kept for others
+        if task.result is not None:
+            kept.keep(task.device, task.device.planned(task.job), task.result.latency)
 
 
 def size_jobs(plan: Plan, ref: Reference, jobs: list[tuple[VariantResult, Job, str | None]]

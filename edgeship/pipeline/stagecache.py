@@ -199,18 +199,26 @@ class Measurements:
         self.cache = cache
         self.keys = keys
         self.latency = latency.model_dump(mode="json")
+        self.devices: dict[str, dict | None] = {}   # device name -> its part of the key (read once)
+
+    def device_key(self, device: Device) -> dict | None:
+        """What identifies ``device``: this machine as a local, not emulated device runs on it (its name,
+        host name, Python, CPU facts); None for any other device (its measurements are not kept)."""
+        if device.name not in self.devices:
+            local = isinstance(device, LocalDevice) and device.transport == "local" and device.emulation is None
+            facts = (device.own_cpu() or {}) if local else {}
+            self.devices[device.name] = ({"name": device.name, "host": device.address, "python": device.python,
+                                          "cpu": {k: facts.get(k) for k in ("model", "arch", "flags")}}
+                                         if local else None)
+        return self.devices[device.name]
 
     def key(self, device: Device, job: Job, inputs_sha256: str, reference_sha256: str | None) -> dict | None:
         """The entry's key, or None where a measurement of ``device`` is not kept."""
-        if device.transport != "local" or device.emulation is not None or not isinstance(device, LocalDevice):
+        identity = self.device_key(device)
+        if identity is None or (not job.is_reference and job.sha256 is None):
             return None
-        if not job.is_reference and job.sha256 is None:
-            return None
-        facts = device.own_cpu() or {}
         what = {"model": self.keys.model} if job.is_reference else {"sha256": job.sha256}
-        return {**self.keys.common,
-                "device": {"name": device.name, "host": device.address, "python": device.python,
-                           "cpu": {k: facts.get(k) for k in ("model", "arch", "flags")}},
+        return {**self.keys.common, "device": identity,
                 "job": {"runtime": job.runtime, **what, "options": job.options, "input_names": job.input_names,
                         "batch": job.batch, "warmup": job.warmup, "iterations": job.iterations,
                         "threads": job.threads, "size": job.size},

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeship.reports.rows import Line, Report, Shown, why_no_accuracy, why_no_field, why_no_latency
-from edgeship.results import REUSED_FROM_CACHE, Accuracy, Results
+from edgeship.results import REUSED_FROM_CACHE, Accuracy, Latency, Results
 
 NOT_MEASURED = "not measured"
 EMULATED = "emulated"  # a latency cell of an emulated device: the time is the emulator's
@@ -58,7 +58,7 @@ def latency(line: Line, device: str, key: str = "p50_ms") -> Shown:
     return Shown(ms(value), reused_why(lat))
 
 
-def reused_why(lat: Any) -> str | None:
+def reused_why(lat: Latency) -> str | None:
     """The footnote of a number another build measured (reused from the stage cache), else None."""
     return REUSED_WHY if any(n.startswith(REUSED_FROM_CACHE) for n in lat.notes) else None
 
