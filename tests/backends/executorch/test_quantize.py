@@ -89,3 +89,67 @@ def test_executorch_keep_float_keeps_the_layer_whose_own_error_costs_most(lower_
                                                   partitioner="xnnpack")
     assert kept.details["quantization"]["kept_float"] == ["first"]
     assert one_float > all_int8 + 8, (all_int8, one_float)
+
+
+class _ConvBlock(__import__("torch").nn.Module):
+    """A conv + batch norm + relu, a transposed conv and a linear layer: every weighted kind."""
+
+    def __init__(self) -> None:
+        import torch
+
+        super().__init__()
+        self.conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+        self.up = torch.nn.ConvTranspose2d(4, 4, 2)
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.up(self.conv(x)).mean((2, 3)))
+
+
+@pytest.mark.parametrize("which", ["tinyformer", "conv"])
+def test_weighted_xnnpack_quantizer_annotates_as_every_target_did_with_fewer_pattern_traces(
+        which: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One operator type per weighted kind the graph calls annotates exactly the nodes that one per
+    target of every kind did (the quantizer before), and traces no conv + batch-norm pattern for a
+    graph without convolutions (before: 54 traces per prepare)."""
+    import torch
+    from executorch.backends.xnnpack.quantizer import xnnpack_quantizer_utils as utils
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        CONV_TARGETS,
+        CONV_TRANSPOSE_TARGETS,
+        LINEAR_TARGETS,
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    from edgeship.backends.executorch.quantize import xnnpack_quantizer
+    from edgeship.quantize.pt2e import graph_ops
+    from tests.quantize.tinyformer import build
+
+    model, example = ((build(), (torch.randn(1, 8, 16),)) if which == "tinyformer"
+                      else (_ConvBlock().eval(), (torch.randn(1, 3, 8, 8),)))
+    program = torch.export.export(model, example)
+    every = XNNPACKQuantizer()
+    for target in (*LINEAR_TARGETS, *CONV_TARGETS, *CONV_TRANSPOSE_TARGETS):
+        every.set_operator_type(target, get_symmetric_quantization_config(is_per_channel=True))
+    traces = []
+    real = utils._get_aten_graph_module_for_pattern
+    monkeypatch.setattr(utils, "_get_aten_graph_module_for_pattern",
+                        lambda *a, **k: traces.append(1) or real(*a, **k))
+
+    def annotated(quantizer) -> dict[str, tuple]:
+        traces.clear()
+        module = program.module()
+        quantizer.annotate(module)
+        return {n.name: (sorted((i.name, type(s).__name__) for i, s in a.input_qspec_map.items()),
+                         type(a.output_qspec).__name__, a._annotated)
+                for n in module.graph.nodes if (a := n.meta.get("quantization_annotation")) is not None}
+
+    before, before_traces = annotated(every), len(traces)
+    after = annotated(xnnpack_quantizer(True, None, [], weighted=graph_ops(program)))
+    assert after == before and any("linear" in name for name in after)
+    if which == "tinyformer":
+        assert (before_traces, len(traces)) == (54, 0)
+    else:   # conv, its batch norm and the transposed conv annotated; each kind's patterns traced once
+        assert {"conv2d", "conv_transpose2d"} <= {name.rstrip("_0123456789") for name in after}
+        assert len(traces) == 12 and before_traces == 36 + 18
