@@ -3,6 +3,7 @@ package's generated code; a package without an int8 kernel is refused and remove
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -62,6 +63,6 @@ def test_aoti_int8_of_a_dynamic_model_runs_at_each_size_and_is_not_held_to_fp32_
     data = Dataset({"image": narrow}, None, "narrow samples")
     artifact, predict = lowerer(loaded(CONV), data, tmp_path)("aoti", "export", {"sensitivity": False})
     note = next(n for n in artifact.notes if n.startswith("ran at the spec's sizes"))
-    worst = min(float(db) for db in __import__("re").findall(r"(-?[\d.]+) dB", note))
+    worst = min(float(db) for db in re.findall(r"(-?[\d.]+) dB", note))
     assert worst < 40, note   # int8's error: the fp32 threshold would have refused this package
     assert predict([np.zeros((1, 3, 8, 24), np.float32)])[0].shape[0] == 1

@@ -91,21 +91,6 @@ def test_executorch_keep_float_keeps_the_layer_whose_own_error_costs_most(lower_
     assert one_float > all_int8 + 8, (all_int8, one_float)
 
 
-class _ConvBlock(__import__("torch").nn.Module):
-    """A conv + batch norm + relu, a transposed conv and a linear layer: every weighted kind."""
-
-    def __init__(self) -> None:
-        import torch
-
-        super().__init__()
-        self.conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
-        self.up = torch.nn.ConvTranspose2d(4, 4, 2)
-        self.head = torch.nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.head(self.up(self.conv(x)).mean((2, 3)))
-
-
 @pytest.mark.parametrize("which", ["tinyformer", "conv"])
 def test_weighted_xnnpack_quantizer_annotates_as_every_target_did_with_fewer_pattern_traces(
         which: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,8 +111,18 @@ def test_weighted_xnnpack_quantizer_annotates_as_every_target_did_with_fewer_pat
     from edgeship.quantize.pt2e import graph_ops
     from tests.quantize.tinyformer import build
 
+    class ConvBlock(torch.nn.Module):   # conv + batch norm + relu, a transposed conv, a linear layer
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+            self.up = torch.nn.ConvTranspose2d(4, 4, 2)
+            self.head = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.head(self.up(self.conv(x)).mean((2, 3)))
+
     model, example = ((build(), (torch.randn(1, 8, 16),)) if which == "tinyformer"
-                      else (_ConvBlock().eval(), (torch.randn(1, 3, 8, 8),)))
+                      else (ConvBlock().eval(), (torch.randn(1, 3, 8, 8),)))
     program = torch.export.export(model, example)
     every = XNNPACKQuantizer()
     for target in (*LINEAR_TARGETS, *CONV_TARGETS, *CONV_TRANSPOSE_TARGETS):
