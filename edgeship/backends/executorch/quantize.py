@@ -48,13 +48,14 @@ def _static(request: LowerRequest,
     method = settings.method or EXECUTORCH_QUANTIZATION.default_method
     data = request.calibration().take(settings.samples, settings.seed or 0)
     program, batch = calibration_program(captured)
-    scope = choose_scope(settings.operators, graph_ops(program), "XNNPACKQuantizer")
+    ops = graph_ops(program)
+    scope = choose_scope(settings.operators, ops, "XNNPACKQuantizer")
     key = {"kind": "pt2e-xnnpack", "weights_sha256": captured.model.state_sha256, "method": method,
            "per_channel": settings.per_channel, "weighted_only": scope.weighted}
     converted, facts, excluded, report = static_with_fallback(
         request, settings, program, batch, data, key,
         lambda kept: xnnpack_quantizer(settings.per_channel, method, kept,
-                                       weighted=graph_ops(program) if scope.weighted else None))
+                                       weighted=ops if scope.weighted else None))
     done = Quantized.describe(
         "static", "XNNPACK int8 (PT2E, XNNPACKQuantizer)", method=method, samples=len(data),
         per_channel=settings.per_channel, **scope.details(), kept_float=excluded, sensitivity=report,
@@ -107,9 +108,9 @@ def xnnpack_quantizer(per_channel: bool, method: str | None, excluded: list[str]
     quantizer = XNNPACKQuantizer()
     if weighted is not None:
         for kind in (LINEAR_TARGETS, CONV_TARGETS, CONV_TRANSPOSE_TARGETS):
-            called = sorted(str(target) for target in kind if str(target) in weighted)
+            called = sorted((target for target in kind if str(target) in weighted), key=str)
             if called:
-                quantizer.set_operator_type(next(t for t in kind if str(t) == called[0]), config)
+                quantizer.set_operator_type(called[0], config)
     else:
         quantizer.set_global(config)
     if excluded:
