@@ -67,8 +67,7 @@ class ExecutorchBackend(ExecutorchSpec, Backend):
         if reason is not None:
             return f"not run at the spec's sizes here: {reason}"
         predict = self.load(request.dest, options)  # threads=None: the process's XNNPACK pool stays
-        return check_sizes(request.captured, predict, **({} if request.variant.precision == "fp32"
-                                                         else {"min_sqnr_db": None}))
+        return check_sizes(request.captured, predict, request.variant.precision)
 
     @staticmethod
     def _partitioners(options: ExecutorchSpec.Options, precision: str) -> list[Partitioner]:

@@ -101,9 +101,8 @@ class OnnxBackend(OnnxLowering, OnnxSpec, Backend):  # type: ignore[misc]  # the
     def check_sizes(self, request: LowerRequest) -> str | None:
         if self.available() is not None:
             return None
-        fp32 = request.variant.precision == "fp32"
         return check_sizes(request.captured, self.load(request.dest, request.options, threads=1),
-                           **({} if fp32 else {"min_sqnr_db": None}))
+                           request.variant.precision)
 
 
 def lower_int8(request: LowerRequest, choose: Callable[[LowerRequest], tuple[bool, str, dict]] | None = None,

@@ -97,8 +97,7 @@ class OpenvinoBackend(OpenvinoSpec, Backend):
         if precision == "fp16":
             notes.append("weights stored as f16 (compress_to_fp16); the CPU plugin computes in f32")
         if request.captured.dynamic and self.unavailable_here(opts, precision) is None:
-            notes.append(check_sizes(request.captured, self.load(request.dest, opts, threads=1),
-                                     **({} if precision == "fp32" else {"min_sqnr_db": None})))
+            notes.append(check_sizes(request.captured, self.load(request.dest, opts, threads=1), precision))
         return Artifact(request.dest, notes, details)
 
     def unavailable_here(self, options: OpenvinoSpec.Options, precision: str) -> str | None:  # type: ignore[override]

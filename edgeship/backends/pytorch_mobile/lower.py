@@ -83,11 +83,10 @@ class PytorchMobileBackend(PytorchMobileSpec, Backend):
         for shapes), with the variant's quantized engine, which is restored afterwards."""
         from edgeship.backends.pytorch_mobile.quantize import quantized_engine
 
-        fp32 = request.variant.precision == "fp32"
         opts = cast(PytorchMobileSpec.Options, request.options)
         with quantized_engine(opts.engine):
             predict = self.load(request.dest, opts, threads=None)
-            return check_sizes(request.captured, predict, **({} if fp32 else {"min_sqnr_db": None}))
+            return check_sizes(request.captured, predict, request.variant.precision)
 
     @staticmethod
     def _optimize(frozen: torch.jit.ScriptModule, notes: list[str]) -> torch.jit.ScriptModule:

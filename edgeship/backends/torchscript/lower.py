@@ -39,7 +39,7 @@ class TorchscriptBackend(TorchscriptSpec, Backend):
             notes.append(f"calls {', '.join(foreign)}: the C++ application must link the library that registers "
                          "them (torchvision's C++ ops for torchvision::)")
         if request.captured.dynamic:
-            notes.append(check_sizes(request.captured, self.load(request.dest, opts)))
+            notes.append(check_sizes(request.captured, self.load(request.dest, opts), request.variant.precision))
         return Artifact(request.dest, notes, {"operators": operators, "frozen": opts.freeze})
 
 
