@@ -7,6 +7,12 @@ or truncated zip) is a BundleError (exit 2) naming it. That is integrity only: w
 a file can rehash the manifest too. Authenticity comes from a detached Ed25519 signature over the
 manifest (``signing.py``), checked when a public key is given.
 
+A zip is read only when its bytes hold exactly its entries, each local header agreeing with the
+central directory (``zipcheck.py``): a local entry the directory does not list, data before, between
+or after the entries, or a header two readers would read differently is refused, naming the offset,
+so a streaming extractor (Java's ZipInputStream) reads the very files the check and the signature
+covered.
+
 Before anything is read, the zip's central directory is held to limits (entries, bytes per file
 and in all, compression ratio, manifest size), and bytes are counted again while reading, so a
 zip bomb or a header that under-states a size is refused, naming the file, its size or ratio and
@@ -35,6 +41,7 @@ from edgeship.bundle.signing import (
     read_signature,
     signature_document,
 )
+from edgeship.bundle.zipcheck import BundleZip, Entry, open_zip
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import BundleError, OutputError
 from edgeship.fsutil import atomic_output, atomic_write_text
@@ -64,11 +71,12 @@ def write_zip(dest: Path, entries: dict[str, bytes | Path], manifest: dict[str, 
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
             listed = [_add(zf, name, entries[name]) for name in sorted(entries)]
             zf.writestr(_info(MANIFEST), json.dumps({**manifest, "files": listed}, indent=2) + "\n")
-        with zipfile.ZipFile(tmp) as zf:
-            try:
+        try:
+            with _open(tmp, dest) as zf:
+                check_entry_names(dest, zf)
                 check_limits(dest, zf)
-            except BundleError as e:
-                raise BundleError(f"{e}; the bundle would fail its own check, so it was not written") from None
+        except BundleError as e:
+            raise BundleError(f"{e}; the bundle would fail its own check, so it was not written") from None
     return dest
 
 
@@ -118,7 +126,7 @@ def _verify_path(path: Path, public_key: Path | None, signature: Path | None) ->
         return _verify(path, zf, public_key, signature)
 
 
-def _verify(path: Path, zf: zipfile.ZipFile, public_key: Path | None,
+def _verify(path: Path, zf: BundleZip, public_key: Path | None,
             signature: Path | None) -> tuple[BundleCheck, bytes]:
     """The check, on an open zip; also returns manifest.json's bytes as read (and as signed)."""
     check_entry_names(path, zf)
@@ -187,7 +195,7 @@ def extract_bundle(path: Path, dest: Path, *, public_key: Path | None = None,
     return check
 
 
-def _extract_one(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, expected: dict[str, str]) -> None:
+def _extract_one(path: Path, zf: BundleZip, info: Entry, dest: Path, expected: dict[str, str]) -> None:
     target = dest / info.filename
     if info.is_dir():
         target.mkdir(parents=True, exist_ok=True)
@@ -212,22 +220,33 @@ def _refuse_overwrites(dest: Path, expected: dict[str, str]) -> None:
                               "overwrite it (extract into an empty folder)")
 
 
-def check_entry_names(path: Path, zf: zipfile.ZipFile, dest: Path | None = None) -> None:
-    """Refuse absolute paths, ``..``, backslashes, symbolic links and duplicate names."""
+def check_entry_names(path: Path, zf: BundleZip, dest: Path | None = None) -> None:
+    """Refuse absolute paths, ``..``, backslashes, symbolic links, and names that extract to the same
+    file: the same name twice, ``.`` or empty parts (``a/./b``, ``a//b``), or names that differ only
+    in case (one file on macOS and Windows)."""
     root = (dest or Path("/bundle-root")).resolve()
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for info in zf.infolist():
         name = info.filename
         if unsafe_name(name, root):
             raise BundleError(f"{path}: entry {name!r} would be written outside the destination folder; refused")
         if stat.S_ISLNK(info.external_attr >> 16):
             raise BundleError(f"{path}: entry {name!r} is a symbolic link; refused")
-        if name in seen:
-            raise BundleError(f"{path}: entry {name!r} appears twice; the bundle was altered")
-        seen.add(name)
+        if {"", "."} & set(name.removesuffix("/").split("/")):
+            raise BundleError(f"{path}: entry {name!r} has an empty or '.' part; edgeship writes none; refused")
+        _refuse_same_file(path, name, seen.get(name.casefold()))
+        seen[name.casefold()] = name
 
 
-def check_limits(path: Path, zf: zipfile.ZipFile) -> None:
+def _refuse_same_file(path: Path, name: str, earlier: str | None) -> None:
+    """``name`` and an earlier entry's would be one file: the same name, or one differing in case only."""
+    if earlier is not None:
+        same = "appears twice" if earlier == name else f"and {earlier!r} differ only in case (one file on macOS " \
+                                                       "and Windows)"
+        raise BundleError(f"{path}: entry {name!r} {same}; the bundle was altered")
+
+
+def check_limits(path: Path, zf: BundleZip) -> None:
     """Refuse, from the zip's central directory and before reading any file, too many entries, a
     file or a total above its size limit, or a compression ratio above MAX_RATIO."""
     infos = zf.infolist()
@@ -257,7 +276,7 @@ def _check_ratio(path: Path, name: str, size: int, compressed: int) -> None:
                           "decompression bomb or not a bundle)")
 
 
-def _stream(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) -> Iterator[bytes]:
+def _stream(path: Path, zf: BundleZip, info: Entry, limit: int) -> Iterator[bytes]:
     """A member's bytes, counted: more than its header declares, or than ``limit``, is refused."""
     declared, n = info.file_size, 0
     try:
@@ -273,19 +292,21 @@ def _stream(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int) 
         raise BundleError(f"{path}: {info.filename}: cannot be read ({e}): the bundle is damaged") from None
 
 
-def _open(path: Path) -> zipfile.ZipFile:
+def _open(path: Path, shown: Path | None = None) -> BundleZip:
+    """The bundle zip at ``path``, its layout checked (``zipcheck``); messages name ``shown``."""
+    shown = shown or path
     try:
-        return zipfile.ZipFile(path)
+        return open_zip(path, shown)
     except FileNotFoundError:
-        raise BundleError(f"{path}: file not found") from None
+        raise BundleError(f"{shown}: file not found") from None
     except IsADirectoryError:
-        raise BundleError(f"{path}: is a folder, not a bundle zip (an unpacked bundle is checked in place: "
-                          f"edgeship bundle verify {path})") from None
+        raise BundleError(f"{shown}: is a folder, not a bundle zip (an unpacked bundle is checked in place: "
+                          f"edgeship bundle verify {shown})") from None
     except (zipfile.BadZipFile, OSError, EOFError) as e:
-        raise BundleError(f"{path}: not a complete zip file ({e}): the bundle is truncated or damaged") from None
+        raise BundleError(f"{shown}: not a complete zip file ({e}): the bundle is truncated or damaged") from None
 
 
-def _manifest_bytes(path: Path, zf: zipfile.ZipFile) -> bytes:
+def _manifest_bytes(path: Path, zf: BundleZip) -> bytes:
     try:
         info = zf.getinfo(MANIFEST)
     except KeyError:
@@ -293,7 +314,7 @@ def _manifest_bytes(path: Path, zf: zipfile.ZipFile) -> bytes:
     return b"".join(_stream(path, zf, info, MAX_MANIFEST_BYTES))
 
 
-def _check_file(path: Path, zf: zipfile.ZipFile, entry: dict[str, Any]) -> None:
+def _check_file(path: Path, zf: BundleZip, entry: dict[str, Any]) -> None:
     name = entry["path"]
     digest, size = hashlib.sha256(), 0
     for chunk in _stream(path, zf, zf.getinfo(name), MAX_MEMBER_BYTES):

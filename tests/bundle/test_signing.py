@@ -19,7 +19,7 @@ from edgeship.bundle.signing import PASSWORD_ENV
 from edgeship.cli import main
 from edgeship.errors import BundleError, OutputError
 from tests import system
-from tests.bundle.forge import forge, small_bundle
+from tests.bundle.forge import forge, local_record, small_bundle, splice
 
 
 @pytest.fixture
@@ -91,6 +91,23 @@ def test_bundle_verify_exits_2_naming_the_signature_when_runner_py_was_changed_a
     dest = tmp_path / "dest"
     assert main(["bundle", "verify", str(tampered), "--public-key", str(pub(key)), "--extract", str(dest)]) == 2
     assert not dest.exists()
+
+
+def test_bundle_verify_exits_2_naming_the_offset_of_a_local_entry_hidden_beside_a_good_signature(
+        capsys, bundle: Path, key: Path, tmp_path: Path) -> None:
+    # Case 9 of issue 51: a second models/m/model.onnx local entry that the central directory does
+    # not list. The manifest and its signature are the honest ones; a streaming extractor (Java's
+    # ZipInputStream, as an Android app uses) would unpack the hidden model over the signed one.
+    api.sign_bundle(bundle, key)
+    hidden = local_record("models/m/model.onnx", b"not the signed model\n" * 100)
+    forged = splice(bundle, tmp_path / "forged.zip", after={"models/m/model.onnx": hidden})
+    shutil.copyfile(f"{bundle}.sig", f"{forged}.sig")
+    for extra in (["--public-key", str(pub(key))], []):
+        assert main(["bundle", "verify", str(forged), *extra]) == 2
+        err = capsys.readouterr().err
+        assert (f"{forged}: a local entry 'models/m/model.onnx' at offset 40,167 (after models/m/model.onnx) that "
+                "the central directory does not list: a streaming reader (Java's ZipInputStream") in err
+        assert "Traceback" not in err
 
 
 def test_bundle_verify_exits_2_when_the_signature_was_made_by_another_key(capsys, bundle: Path, key: Path,
