@@ -2,15 +2,16 @@
 here, or as Ray tasks across a cluster; each build's folder lands under ``--out`` as ``edgeship
 build`` writes it (``<out>/<target>/<model>/``), then the matrix report.
 
-On Ray (``--ray auto``: ``$RAY_ADDRESS`` or a local cluster started here; ``--ray ADDRESS`` joins
-one) each build is a task asking for ``num_cpus``; it builds into a temporary folder on whichever
-node runs it, with the matrix's devices: ``host`` is that node itself, every other device a
-``RayDevice`` measured on the node that advertises ``device:<name>``. The build folder comes back to
-the driver as a tar through Ray's object store (no shared filesystem) and replaces the previous one
-under ``--out`` (only a folder edgeship wrote). Each build records its rows in the results store
-(``--db``: PostgreSQL for a cluster; SQLite, the default, only on one machine). A build task whose
-worker or node died is run again by Ray, at most ``retries`` times; a build that fails is reported
-with its reason and the others' results are kept.
+On Ray (``--ray auto``: ``$RAY_ADDRESS``, or a local cluster started for the run, listening on
+127.0.0.1 only and with token authentication; ``--ray ADDRESS`` joins one) each build is a task
+asking for ``num_cpus``; it builds into a temporary folder on whichever node runs it, with the
+matrix's devices: ``host`` is that node itself, every other device a ``RayDevice`` measured on the
+node that advertises ``device:<name>``. The build folder comes back to the driver as a tar through
+Ray's object store (no shared filesystem) and replaces the previous one under ``--out`` (only a
+folder edgeship wrote). Each build records its rows in the results store (``--db``: PostgreSQL for a
+cluster; SQLite, the default, only on one machine). A build task whose worker or node died is run
+again by Ray, at most ``retries`` times; a build that fails is reported with its reason and the
+others' results are kept.
 """
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ import socket
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,24 +89,31 @@ def line(result: CellResult) -> str:
 
 # ---- Ray -------------------------------------------------------------------------------------
 
-def start_ray(address: str, matrix: Matrix) -> str:
+@contextmanager
+def ray_session(address: str, matrix: Matrix) -> Iterator[str]:
     """Join the cluster at ``address`` ("auto": ``$RAY_ADDRESS`` when set, else a local cluster
-    started here, owning every device of the matrix); returns what was joined, for the messages."""
+    started here for the block, owning every device of the matrix: loopback only, token
+    authentication, see ``localray``); yields what was joined, for the messages."""
     import ray
 
     if ray.is_initialized():
-        return "the running Ray session"
-    try:
-        if address == "auto" and not os.environ.get("RAY_ADDRESS"):
-            from edgeship.matrix.raydevice import resource_of
+        yield "the running Ray session"
+    elif address == "auto" and not os.environ.get("RAY_ADDRESS"):
+        from edgeship.matrix.localray import LOOPBACK, local_cluster
+        from edgeship.matrix.raydevice import resource_of
 
-            ray.init(resources={resource_of(d): 1 for d in matrix.devices if d != "host"},
-                     include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-            return "a local Ray cluster started for this run"
-        ray.init(address=None if address == "auto" else address, logging_level="ERROR", log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError) as e:
-        raise MatrixError(f"--ray {address}: cannot join the Ray cluster: {first_line(e)}") from None
-    return f"the Ray cluster at {address if address != 'auto' else os.environ['RAY_ADDRESS']}"
+        with local_cluster({resource_of(d): 1 for d in matrix.devices if d != "host"}):
+            yield f"a local Ray cluster started for this run (on {LOOPBACK} only, token authentication)"
+    else:
+        from edgeship.matrix.localray import empty_working_folder
+
+        try:
+            with empty_working_folder():
+                ray.init(address=None if address == "auto" else address, logging_level="ERROR",
+                         log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise MatrixError(f"--ray {address}: cannot join the Ray cluster: {first_line(e)}") from None
+        yield f"the Ray cluster at {address if address != 'auto' else os.environ['RAY_ADDRESS']}"
 
 
 def run_ray(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> list[CellResult]:
@@ -270,9 +279,9 @@ def run_matrix(matrix: Matrix, out: Path, ray: str | None = None, db: str | None
         engine = "local, one build after another"
         results = run_local(matrix, out, db, say)
     else:
-        engine = start_ray(ray, matrix)
-        say(f"matrix on {engine}")
-        results = run_ray(matrix, out, db, say)
+        with ray_session(ray, matrix) as engine:
+            say(f"matrix on {engine}")
+            results = run_ray(matrix, out, db, say)
     seconds = time.perf_counter() - began
     report = write_matrix_report(matrix, out, results, engine, seconds)
     return MatrixRun(results, report, engine, round(seconds, 2))
