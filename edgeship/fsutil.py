@@ -1,4 +1,5 @@
-"""Atomic file output: a reader sees the old file or the whole new one, never half of one.
+"""Atomic file output: a reader sees the old file or the whole new one, never half of one. Private
+folders: state edgeship keeps outside ``--out`` that no other local user may plant or read.
 
 Temporary names carry the writer's pid (``.<stem>.tmp-<pid>-<random><suffix>``), so a later run
 can tell a leftover of a killed writer (its pid gone) from a file another live build is writing.
@@ -13,11 +14,12 @@ import errno
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-from edgeship.errors import WriteFailure
+from edgeship.errors import OutputError, WriteFailure
 
 NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # EFBIG: past the file size limit (ulimit -f)
 TEMP_NAME = re.compile(r"^\..*\.tmp-(?P<pid>\d+)-[A-Za-z0-9_]+")
@@ -172,3 +174,66 @@ def tree_size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def new_private_folder(prefix: str, parent: Path | None = None) -> Path:
+    """A new folder only this user can enter, for state outside ``--out`` (ssh control sockets, device
+    work folders): a random name that did not exist before (``mkdtemp``) and mode 0700, under ``parent``
+    (default: the temporary folder). Another local user cannot have made it first, as they can a
+    fixed name in a shared ``/tmp``."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+
+
+def private_folder(path: Path, what: str) -> Path:
+    """``path``, a folder of a fixed name that holds state edgeship trusts (device locks, the Arm root,
+    Inductor's cache), made with mode 0700 when missing. An existing one is used only when no other
+    user can have put anything in it (``folder_problem``), else an OutputError (exit 2) names it and
+    what ``what`` is; one of this user's that others may only read (0755, as an older edgeship made
+    it) is narrowed to 0700."""
+    path = Path(path).absolute()
+    with contextlib.suppress(FileExistsError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(path, 0o700)  # in a shared folder, someone else's folder of that name makes this fail
+    problem = folder_problem(path)
+    if problem:
+        raise OutputError(f"{what} {path}: {problem}, so another user could have put files there that edgeship "
+                          "would trust; edgeship uses only a real folder, owned by you, that nobody else can write "
+                          "to (mode 0700): remove it, or `chmod 700` it if only you ever wrote there")
+    st = os.lstat(path)
+    if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+        os.chmod(path, 0o700)
+    return path
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why another local user could control the folder ``path`` (a symbolic link, not a folder, owned by
+    someone other than this user or root, writable by its group or by everyone, or in a folder where
+    anyone may rename it away), or None. A missing folder is a problem too."""
+    path = Path(path).absolute()
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"is owned by {owner_name(st.st_uid)}, not by you"
+    if mode & 0o022:
+        return f"is writable by {'everyone' if mode & 0o002 else 'its group'} (mode {mode:04o})"
+    parent = os.stat(path.parent).st_mode
+    if parent & 0o002 and not parent & stat.S_ISVTX:
+        return f"is in {path.parent}, where anyone may rename it (mode {stat.S_IMODE(parent):04o}, no sticky bit)"
+    return None
+
+
+def owner_name(uid: int) -> str:
+    """``nobody (uid 65534)``, or ``uid 1234`` for a uid without a name."""
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"

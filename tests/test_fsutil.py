@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import errno
 import os
+import pwd
+import re
+import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from edgeship.errors import WriteFailure
-from edgeship.fsutil import atomic_output, atomic_write_bytes, atomic_write_text, temp_owner
+from edgeship.errors import OutputError, WriteFailure
+from edgeship.fsutil import (
+    atomic_output,
+    atomic_write_bytes,
+    atomic_write_text,
+    new_private_folder,
+    private_folder,
+    temp_owner,
+)
 from tests import system
 
 
@@ -87,3 +97,59 @@ def test_fsutil_full_disk_on_a_real_small_file_system(small_tmpfs: Path) -> None
     with pytest.raises(WriteFailure, match=r"model.onnx: no space left on the device .*3,145,728 bytes to write"):
         atomic_write_bytes(dest, b"x" * (3 << 20))
     assert dest.read_bytes() == b"v" * 1000 and [p.name for p in small_tmpfs.iterdir()] == ["model.onnx"]
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+def test_fsutil_new_private_folder_has_a_new_random_name_and_mode_0700(tmp_path: Path) -> None:
+    a, b = new_private_folder("edgeship-x-", tmp_path), new_private_folder("edgeship-x-", tmp_path)
+    assert a != b and a.parent == tmp_path and a.name.startswith("edgeship-x-")
+    assert _mode(a) == 0o700 and os.lstat(a).st_uid == os.geteuid()
+
+
+def test_fsutil_private_folder_is_made_0700_and_an_own_0755_one_narrowed_to_0700(tmp_path: Path) -> None:
+    made = private_folder(tmp_path / "a" / "locks", "the locks folder")
+    assert made == tmp_path / "a" / "locks" and _mode(made) == 0o700
+    older = tmp_path / "older"
+    older.mkdir(mode=0o755)
+    older.chmod(0o755)
+    (older / "kept").write_text("x")
+    assert private_folder(older, "the locks folder") == older and _mode(older) == 0o700
+    assert (older / "kept").read_text() == "x"
+
+
+@pytest.mark.parametrize("setup, problem", [
+    ("nobody", "is owned by nobody"),
+    ("0777", "is writable by everyone (mode 0777)"),
+    ("0775", "is writable by its group (mode 0775)"),
+    ("link", "is a symbolic link"),
+    ("file", "is not a folder"),
+])
+def test_fsutil_private_folder_refuses_a_folder_another_user_could_have_filled(tmp_path: Path, setup: str,
+                                                                               problem: str) -> None:
+    path = tmp_path / "edgeship-ssh-0"
+    if setup == "link":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        path.symlink_to(tmp_path / "elsewhere")
+    elif setup == "file":
+        path.write_text("")
+    else:
+        path.mkdir()
+        path.chmod(0o700 if setup == "nobody" else int(setup, 8))
+        if setup == "nobody":
+            nobody = pwd.getpwnam("nobody")
+            os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    before = os.lstat(path)
+    with pytest.raises(OutputError, match=f"^the cache folder {re.escape(f'{path}: {problem}')}") as info:
+        private_folder(path, "the cache folder")
+    assert info.value.exit_code == 2 and os.lstat(path) == before   # refused, left as it was
+
+
+def test_fsutil_private_folder_refuses_one_anyone_may_rename_away(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # no sticky bit, unlike /tmp
+    with pytest.raises(OutputError, match="where anyone may rename it"):
+        private_folder(shared / "edgeship", "the cache folder")

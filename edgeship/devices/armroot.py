@@ -4,9 +4,14 @@ pointed at (``qemu-aarch64 -L ROOT ROOT/usr/bin/python3.11 runner.py job.json``)
 
 Made once by ``make setup-arm`` (``edgeship devices setup arm64-emulated``) and checked on every
 use: the folder's name carries the hash of the pins below, so a change of pins makes a new folder,
-and ``.edgeship-root.json`` inside it is written last, so a folder without it is unfinished and is
-made again. The wheels are installed with ``--require-hashes`` (the sha256 of each pinned file),
-the Debian packages are checked by apt's signatures (mmdebstrap).
+and ``.edgeship-root.json`` inside it is written last, so a folder without it is not a root. It is
+made in a new folder beside the root and moved into place when finished; what was at the root's
+place goes only when edgeship made it (it carries ``.edgeship-root.json``: a root made for other
+pins) or it is an empty folder. Any other folder (``$EDGESHIP_ARM_ROOT`` or a devices.toml ``root =``
+naming a folder of the user's, ``root = "."``) is refused, never deleted. The root holds code run as
+the user, so one that another user can write to (or owns) is refused too. The wheels are installed
+with ``--require-hashes`` (the sha256 of each pinned file) by a pip that imports nothing from the
+working folder (``python -I``), the Debian packages are checked by apt's signatures (mmdebstrap).
 
 What is in it, and why these versions (PyPI, aarch64, cp311; looked up on 2026-12-03):
 
@@ -33,6 +38,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -41,7 +47,8 @@ from pathlib import Path
 
 from edgeship.devices.cpu import hwcap_names
 from edgeship.devices.lock import user_cache
-from edgeship.errors import EdgeshipError
+from edgeship.errors import EdgeshipError, OutputError
+from edgeship.fsutil import folder_problem, owner_name, private_folder
 
 DEBIAN = ("bookworm", "http://deb.debian.org/debian", "http://deb.debian.org/debian-security bookworm-security main")
 DEBIAN_PACKAGES = ("python3.11-minimal", "libpython3.11-stdlib", "libstdc++6", "libgcc-s1")
@@ -103,10 +110,14 @@ def default_root() -> Path:
 
 
 def root_problem(root: Path) -> str | None:
-    """Why ``root`` cannot run the runner (not made, unfinished, made for other pins), or None."""
+    """Why ``root`` cannot run the runner (not made, unfinished, made for other pins, open to other
+    users), or None."""
     marker = root / MARKER
     if not marker.is_file():
         return f"the aarch64 root {root} is not set up here: run {SETUP} (about 1 minute, 0.9 GB)"
+    untrusted = folder_problem(root.resolve())
+    if untrusted:
+        return f"the aarch64 root {root} {untrusted}: its Python and runtimes run as you, so it must be yours alone"
     try:
         made = json.loads(marker.read_text())
     except ValueError:
@@ -116,16 +127,39 @@ def root_problem(root: Path) -> str | None:
     return None
 
 
+def replace_problem(root: Path) -> str | None:
+    """Why setup may not put a new root at ``root``: it is (or holds) the working folder, or it is not
+    an empty folder or a root edgeship made, owned by this user; None when nothing is there."""
+    here = Path.cwd()
+    if root.resolve() == here or root.resolve() in here.parents:
+        return "is the working folder or holds it"
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return "is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a folder"
+    if st.st_uid != os.geteuid():
+        return f"is owned by {owner_name(st.st_uid)}"
+    if ((root / MARKER).is_file() and not (root / MARKER).is_symlink()) or not any(root.iterdir()):
+        return None
+    return f"holds files edgeship did not make (it has no {MARKER})"
+
+
 def setup(root: Path | None = None, say: Callable[[str], None] = print, qemu: str = "qemu-aarch64") -> Path:
-    """Make the root folder (nothing when a finished one is there); its path."""
-    root = root or default_root()
+    """Make the root folder (nothing when a finished one is there); its path. A folder at its place
+    that edgeship did not make is refused before any work (OutputError, exit 2), and kept."""
+    root = Path(root or default_root()).absolute()
     if root_problem(root) is None:
         say(f"aarch64 root: {root} (already set up)")
         return root
+    _check_replaceable(root)
     missing = [f"{tool} (Debian: apt-get install {package})" for tool, package in TOOLS.items()
                if shutil.which(qemu if tool == "qemu-aarch64" else tool) is None]
     if missing:
         raise RootError("cannot make the aarch64 root: missing " + ", ".join(missing))
+    if root.parent == user_cache():
+        private_folder(root.parent, "edgeship's folder in your cache ($XDG_CACHE_HOME/edgeship)")
     root.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=root.name + ".part-", dir=root.parent))
     try:
@@ -138,13 +172,37 @@ def setup(root: Path | None = None, say: Callable[[str], None] = print, qemu: st
         _cpu_files(work, qemu)
         (work / MARKER).write_text(json.dumps({"pins": pins_hash(), "wheels": [w for w, _ in WHEELS],
                                                "debian": list(DEBIAN_PACKAGES), "made": time.time()}))
-        if root.exists():  # an unfinished or outdated folder of ours (no marker, or other pins)
-            shutil.rmtree(root)
-        work.rename(root)
+        _put_in_place(work, root)
         say(f"aarch64 root: {root} ready ({time.perf_counter() - start:.0f} s, {_size_mb(root):.0f} MB)")
         return root
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _check_replaceable(root: Path) -> None:
+    problem = replace_problem(root)
+    if problem:
+        raise OutputError(f"the aarch64 root folder {root} {problem}: edgeship replaces only an empty folder or a "
+                          f"root it made (one with {MARKER}) and deletes nothing else; point {ROOT_ENV} or the "
+                          "device's `root =` in devices.toml at a new or empty folder")
+
+
+def _put_in_place(work: Path, root: Path) -> None:
+    """Move the finished ``work`` folder to ``root``. What is there (checked again: the setup took a
+    minute) is moved aside first and removed only once the new root is in place."""
+    _check_replaceable(root)
+    if not root.exists():
+        work.rename(root)
+        return
+    aside = Path(tempfile.mkdtemp(prefix=root.name + ".old-", dir=root.parent))
+    root.rename(aside / root.name)
+    try:
+        work.rename(root)
+    except OSError:
+        (aside / root.name).rename(root)
+        aside.rmdir()
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _run(command: list[str], what: str, **kwargs) -> None:
@@ -171,10 +229,11 @@ def _wheels(root: Path) -> None:
         requirements.write_text("".join(f"{_requirement(wheel)} --hash=sha256:{sha}\n" for wheel, sha in WHEELS))
         platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
         env = {**os.environ, "PIP_CONSTRAINT": ""}  # a host-wide constraints file pins the host's torch
-        _run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--require-hashes",
+        # -I and a clean working folder: pip imports nothing from where edgeship was started (a pip.py there)
+        _run([sys.executable, "-I", "-m", "pip", "install", "--quiet", "--no-deps", "--require-hashes",
               "--target", str(root / SITE), *platforms, "--only-binary=:all:", "--python-version", "3.11",
               "--implementation", "cp", "--abi", "cp311", "-r", str(requirements)], "pip install (aarch64 wheels)",
-             env=env)
+             env=env, cwd=tmp)
     shutil.rmtree(root / SITE / "torch" / "include", ignore_errors=True)  # C++ headers: 64 MB, for extensions
     shutil.rmtree(root / SITE / "bin", ignore_errors=True)
 
@@ -187,7 +246,7 @@ def _requirement(wheel: str) -> str:
 
 def _cpu_files(root: Path, qemu: str) -> None:
     """/proc/cpuinfo and midr_el1 as an aarch64 kernel shows the emulated CPU, one per host core."""
-    proc = subprocess.run([qemu, "-L", str(root), "-cpu", "max", str(root / PYTHON), "-S", "-c", AUXV],
+    proc = subprocess.run([qemu, "-L", str(root), "-cpu", "max", str(root / PYTHON), "-I", "-S", "-c", AUXV],
                           capture_output=True, text=True, timeout=300)
     try:
         hwcap, hwcap2 = (int(v) for v in proc.stdout.split())

@@ -9,7 +9,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 from edgeship.backends.registry import device_files
 from edgeship.devices.protocol import PROTOCOL_VERSION, other_version, result_problems
 from edgeship.devices.runner import decode_outputs
+from edgeship.fsutil import new_private_folder
 from edgeship.results import REFERENCE
 
 HERE = Path(__file__).resolve().parent
@@ -38,7 +38,7 @@ def device_folder() -> Path:
     """This machine as a device sees it: a private folder of this process holding PROBE_FILES, flat,
     as they are sent to every other device (removed when the process exits). The local device runs
     runner.py and probe.py from here, so the host runs what a device runs."""
-    folder = Path(tempfile.mkdtemp(prefix="edgeship-device-"))
+    folder = new_private_folder("edgeship-device-")
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     for name, path in PROBE_FILES.items():
         shutil.copyfile(path, folder / name)

@@ -3,7 +3,10 @@ never time on the same device at once (each would slow the other down and both n
 wrong).
 
 The lock is a ``locks.FileLock`` on ``~/.cache/edgeship/locks/<device>.lock`` (``$XDG_CACHE_HOME``
-is honoured): the kernel drops it when its holder exits, and the file says who holds it.
+is honoured): the kernel drops it when its holder exits, and the file says who holds it. Both
+folders are checked before a lock is taken (``fsutil.private_folder``): a lock file is opened for
+writing, so in a folder another user can write to, their symbolic link named like it would have
+edgeship write over a file of their choosing.
 """
 from __future__ import annotations
 
@@ -15,7 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from edgeship.devices.base import MeasurementError
+from edgeship.fsutil import private_folder
 from edgeship.locks import Busy, FileLock, describe
+
+LOCKS = "locks"  # the folder of lock files in user_cache()
 
 
 def user_cache() -> Path:
@@ -24,9 +30,16 @@ def user_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgeship"
 
 
+def user_folder(name: str) -> Path:
+    """``user_cache()/name`` for state edgeship trusts (device locks, Inductor's cache), made or checked
+    with ``user_cache()`` itself as folders only this user controls (OutputError, exit 2, when not)."""
+    cache = private_folder(user_cache(), "edgeship's folder in your cache ($XDG_CACHE_HOME/edgeship)")
+    return private_folder(cache / name, "edgeship's folder")
+
+
 def lock_dir() -> Path:
     """Where lock files live: ``user_cache()/locks``."""
-    return user_cache() / "locks"
+    return user_cache() / LOCKS
 
 
 def lock_path(key: str) -> Path:
@@ -48,6 +61,7 @@ class DeviceLock(FileLock):
         self.key = key
 
     def __enter__(self) -> DeviceLock:
+        user_folder(LOCKS)
         try:
             super().__enter__()
         except Busy as e:

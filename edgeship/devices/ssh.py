@@ -5,24 +5,31 @@ The OpenSSH client does the work: key-based only (``BatchMode=yes``), the host k
 that notice a dropped link, and a timeout on every step. A job is two sessions:
 
     send + run       a tar of runner.py (with protocol.py, hashing.py and the other files it imports),
-                     job.json, the artifact and the inputs unpacked into a fresh job folder, then
+                     job.json, the artifact and the inputs unpacked into a new job folder (mode 0700, in
+                     a workdir only the login user can write to: refused otherwise), then
                      python runner.py job.json (the runner checks the artifact's sha256 and stops
                      itself at the job's deadline)
     fetch + clean    result.json, outputs.npz and runner.log back as a tar, then rm -rf the folder
                      (a folder a dropped connection left behind goes before the next job)
 
 The sessions share one connection (OpenSSH ``ControlMaster``; ``multiplex = false`` turns it off),
-which the scheduler closes when the device's last job is done. A lost connection (ssh exit 255,
-a step timing out) is a TransportError, which the caller retries with a new connection; a refused
-host key or key is a MeasurementError, because retrying cannot fix it.
+which the scheduler closes when the device's last job is done. Its socket lives in a folder this
+process makes with a random name and mode 0700, never under a fixed name in ``/tmp``: ssh takes any
+master listening on its ``ControlPath``, so another user's master there would carry the jobs to a
+host of theirs, past the host key check. A lost connection (ssh exit 255, a step timing out) is a
+TransportError, which the caller retries with a new connection; a refused host key or key is a
+MeasurementError, because retrying cannot fix it.
 """
 from __future__ import annotations
 
+import atexit
+import functools
+import hashlib
 import io
 import json
 import math
-import os
 import shlex
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -42,15 +49,33 @@ from edgeship.devices.base import (
     pid_then_exec,
     probe_report,
 )
+from edgeship.fsutil import new_private_folder
 
 RESULT_FILES = ("result.json", "outputs.npz", "runner.log")
 UNPACK_FAILED = 97       # the exit status of a send + run whose mkdir or tar failed
+NOT_OWN_WORKDIR = 98     # ... whose workdir is a link, another user's, or writable by its group or others
 RUN_MARGIN_S = 30.0      # the runner stops itself at the job's deadline; ssh gets a little longer
 CLEAN_TIMEOUT_S = 20.0
 CONTROL_PERSIST_S = 15
 NOT_RETRYABLE = {"Host key verification failed": "its host key is not in known_hosts, or has changed",
                  "REMOTE HOST IDENTIFICATION HAS CHANGED": "its host key has changed",
                  "Permission denied": "it refused the key"}
+
+
+@functools.cache
+def control_folder() -> Path:
+    """This process's folder for ssh control sockets: new, random name, mode 0700, removed at exit."""
+    folder = new_private_folder("edgeship-ssh-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def own_folder(folder: str) -> str:
+    """A sh condition that makes ``folder`` when missing and holds when it is a real folder of the login
+    user that its group and others cannot write to (``ls -ld``: no w in the group's or others' place)."""
+    q = shlex.quote(folder)
+    return (f"mkdir -p {q} && [ -d {q} ] && [ ! -h {q} ] && [ -O {q} ] && "
+            f"case $(ls -ld {q}) in ?????w*|????????w*) false;; esac")
 
 
 class SshDevice(RemoteDevice):
@@ -96,9 +121,9 @@ class SshDevice(RemoteDevice):
         The master exits CONTROL_PERSIST_S after its last use, and close() ends it sooner."""
         if not self.config.multiplex:
             return []
-        folder = Path(tempfile.gettempdir()) / f"edgeship-ssh-{os.getuid()}"
-        folder.mkdir(mode=0o700, exist_ok=True)
-        return ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C",
+        # A short name of our own rather than ssh's %C (40 characters): a socket path has at most 107.
+        socket = control_folder() / hashlib.sha256(self.address.encode()).hexdigest()[:12]
+        return ["-o", "ControlMaster=auto", "-o", f"ControlPath={socket}",
                 "-o", f"ControlPersist={CONTROL_PERSIST_S}"]
 
     def run_job(self, job: Job, workdir: Path) -> JobResult:
@@ -152,13 +177,19 @@ class SshDevice(RemoteDevice):
                       timeout: float) -> subprocess.CompletedProcess:
         """Unpack ``files`` into a fresh ``remote`` folder and run ``then`` there, in one session."""
         q = shlex.quote(remote)
-        script = f"mkdir -p {q} && tar -xf - -C {q} || exit {UNPACK_FAILED}; cd {q} && {then}"
+        script = (f"{own_folder(self.config.workdir)} || exit {NOT_OWN_WORKDIR}; umask 077; "
+                  f"mkdir {q} && tar -xf - -C {q} || exit {UNPACK_FAILED}; cd {q} && {then}")
         with tempfile.TemporaryFile() as tar_file:
             with tarfile.open(fileobj=tar_file, mode="w") as tar:
                 for name, path in files.items():
                     tar.add(str(path), arcname=name)
             tar_file.seek(0)
             proc = self._ssh(script, timeout, "send + run", stdin=tar_file)
+        if proc.returncode == NOT_OWN_WORKDIR:
+            raise MeasurementError(f"the device's workdir {self.config.workdir} on {self.address} is a link, another "
+                                   "user's, or writable by its group or others, who could swap a job's files (its "
+                                   "runner.py) before it runs: set workdir to a folder only the login user can write "
+                                   "to (or remove it; edgeship makes it)")
         if proc.returncode == UNPACK_FAILED:
             raise MeasurementError(f"copying the job to {remote} on {self.address} failed: "
                                    f"{proc.stderr.decode(errors='replace').strip()[-300:]}")

@@ -71,7 +71,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _config(folder: Path, port: int) -> Path:
+def _config(folder: Path, port: int, extra: str = "") -> Path:
     path = folder / "sshd_config"
     path.write_text(textwrap.dedent(f"""\
         Port {port}
@@ -86,12 +86,13 @@ def _config(folder: Path, port: int) -> Path:
         StrictModes no
         UsePAM no
         LogLevel ERROR
-        """))
+        """) + extra)
     return path
 
 
-def start(folder: Path, timeout_s: float = 15.0) -> Sshd:
-    """Start sshd -D on a free port of 127.0.0.1 with fresh keys under ``folder``."""
+def start(folder: Path, timeout_s: float = 15.0, extra_config: str = "") -> Sshd:
+    """Start sshd -D on a free port of 127.0.0.1 with fresh keys under ``folder`` (``extra_config``:
+    sshd_config lines added, e.g. a ForceCommand)."""
     folder.mkdir(parents=True, exist_ok=True)
     _keygen(folder / "host_key")
     _keygen(folder / "client_key")
@@ -102,7 +103,7 @@ def start(folder: Path, timeout_s: float = 15.0) -> Sshd:
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation folder
     log = open(folder / "sshd.log", "w")
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(_config(folder, port))], stdout=log, stderr=log)
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(_config(folder, port, extra_config))], stdout=log, stderr=log)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -5,13 +5,16 @@ qemu-aarch64, with the aarch64 builds of ExecuTorch, ONNX Runtime and torch from
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import tomllib
 
-from edgeship import api
+from edgeship import api, cli
 from edgeship.backends.registry import SPECS
 from edgeship.devices import armroot
 from edgeship.devices.base import Job
@@ -164,3 +167,89 @@ def test_a_matrix_can_name_the_emulated_arm_device(tmp_path) -> None:
     path = tmp_path / "matrix.toml"
     path.write_text(f'models = ["demo"]\ntargets = ["android"]\ndevices = ["host", "{ARM}"]\n')
     assert load_matrix(path).devices == ["host", ARM]
+
+
+@pytest.fixture
+def fake_steps(monkeypatch):
+    """armroot.setup with its slow steps (mmdebstrap, pip, qemu: a minute and 230 MB) replaced by ones
+    that write a few files; the list records the steps that ran."""
+    ran: list[str] = []
+
+    def debian(root: Path) -> None:
+        ran.append("debian")
+        (root / armroot.PYTHON).parent.mkdir(parents=True)
+        (root / armroot.PYTHON).write_text("")
+
+    monkeypatch.setattr(armroot, "_debian", debian)
+    monkeypatch.setattr(armroot, "_wheels", lambda root: ran.append("wheels"))
+    monkeypatch.setattr(armroot, "_cpu_files", lambda root, qemu: ran.append("cpu"))
+    monkeypatch.setattr(armroot.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    return ran
+
+
+def test_arm_root_setup_refuses_a_folder_of_the_users_and_deletes_nothing(monkeypatch, tmp_path, fake_steps,
+                                                                          capsys) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("\\chapter{Years of work}")
+    monkeypatch.setenv(armroot.ROOT_ENV, str(mine))
+    assert cli.main(["devices", "setup", ARM]) == 2
+    err = capsys.readouterr().err
+    assert f"the aarch64 root folder {mine} holds files edgeship did not make" in err and "Traceback" not in err
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"] and fake_steps == []   # refused before any work
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"]
+
+
+def test_arm_root_setup_never_replaces_the_working_folder(monkeypatch, tmp_path, fake_steps, capsys) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "devices.toml").write_text('[devices.arm]\ntransport = "qemu"\narch = "aarch64"\ncpu = "max"\nroot = "."\n')
+    monkeypatch.chdir(repo)
+    assert cli.main(["devices", "--devices", "devices.toml", "setup", "arm"]) == 2
+    assert f"the aarch64 root folder {repo} is the working folder" in capsys.readouterr().err
+    assert [p.name for p in repo.iterdir()] == ["devices.toml"] and fake_steps == []
+
+
+def test_arm_root_setup_replaces_a_root_it_made_for_other_pins_and_fills_an_empty_folder(monkeypatch, tmp_path,
+                                                                                        fake_steps) -> None:
+    old = tmp_path / "root"
+    (old / "usr").mkdir(parents=True)
+    (old / armroot.MARKER).write_text(json.dumps({"pins": "0123456789abcdef"}))
+    monkeypatch.setattr(armroot, "root_problem", lambda root: "made for other pins")  # not named arm64-root-*
+    assert armroot.setup(old, say=lambda line: None) == old
+    assert json.loads((old / armroot.MARKER).read_text())["pins"] == armroot.pins_hash()
+    assert fake_steps == ["debian", "wheels", "cpu"] and sorted(p.name for p in tmp_path.iterdir()) == ["root"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert armroot.setup(empty, say=lambda line: None) == empty and (empty / armroot.MARKER).is_file()
+
+
+def test_arm_root_that_other_users_can_write_to_is_not_used(tmp_path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / armroot.MARKER).write_text(json.dumps({"pins": armroot.pins_hash()}))
+    assert armroot.root_problem(root) is None
+    root.chmod(0o777)
+    assert armroot.root_problem(root) == (f"the aarch64 root {root} is writable by everyone (mode 0777): its Python "
+                                          "and runtimes run as you, so it must be yours alone")
+
+
+def test_arm_root_pip_imports_nothing_from_the_working_folder(monkeypatch, tmp_path) -> None:
+    """A pip.py where edgeship is started: the pip that installs the aarch64 wheels must not be it.
+    The real pip runs with the command's flags and folder, asked only for its version (no download)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pip.py").write_text("open('imported-from-cwd', 'w').close()\n")
+    real = subprocess.run
+    seen: list[str] = []
+
+    def version_only(command, **kwargs):
+        if command[0] == sys.executable:
+            command = command[:command.index("pip") + 1] + ["--version"]
+        proc = real(command, **kwargs)
+        seen.append(proc.stdout)
+        return proc
+
+    monkeypatch.setattr(armroot.subprocess, "run", version_only)
+    armroot._wheels(tmp_path / "root")
+    assert not (tmp_path / "imported-from-cwd").exists() and seen[0].startswith("pip ")
+    assert os.listdir(tmp_path) == ["pip.py"]

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import pwd
+import stat
 import subprocess
 import sys
 import threading
@@ -12,6 +14,7 @@ import pytest
 
 from edgeship.devices.base import MeasurementError
 from edgeship.devices.lock import DeviceLock, lock_path
+from edgeship.errors import OutputError
 
 HOLD = """
 import sys, time
@@ -75,3 +78,30 @@ def test_device_lock_wait_times_out_naming_the_holder(lock_home, tmp_path) -> No
 def test_device_lock_files_live_under_the_cache_dir_one_per_key(lock_home) -> None:
     a, b = lock_path("ssh-u@h:22"), lock_path("ssh-u@h_22")
     assert a.parent == lock_home / "edgeship" / "locks" and a != b and a.name.startswith("ssh-u_h_22-")
+
+
+@pytest.mark.parametrize("whose", ["edgeship", "locks"])
+def test_device_lock_refuses_a_lock_folder_another_user_made_first(lock_home, tmp_path, whose) -> None:
+    """With $XDG_CACHE_HOME (or ~/.cache) shared, another user's folder there, open to everyone, with
+    their symbolic link named as the device's lock file: edgeship writes nothing through it."""
+    target = tmp_path / "their-choice.txt"
+    target.write_text("kept")
+    lock = lock_path("ssh-u@h:22")
+    lock.parent.mkdir(parents=True)
+    lock.symlink_to(target)
+    theirs = lock_home / "edgeship" if whose == "edgeship" else lock.parent
+    theirs.chmod(0o777)
+    nobody = pwd.getpwnam("nobody")
+    os.chown(theirs, nobody.pw_uid, nobody.pw_gid)
+    with pytest.raises(OutputError, match=f"{theirs}: is owned by nobody") as info:
+        with DeviceLock("ssh-u@h:22", timeout_s=1):
+            pass
+    assert info.value.exit_code == 2 and target.read_text() == "kept"
+    assert stat.S_IMODE(os.lstat(theirs).st_mode) == 0o777   # refused, not changed
+
+
+def test_device_lock_folders_are_made_private(lock_home) -> None:
+    with DeviceLock("local-vm", timeout_s=1):
+        pass
+    for folder in (lock_home / "edgeship", lock_path("local-vm").parent):
+        assert stat.S_IMODE(os.lstat(folder).st_mode) == 0o700

@@ -1,8 +1,14 @@
 """The ssh transport against a real OpenSSH server on 127.0.0.1 (throwaway keys), end to end."""
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +20,7 @@ from edgeship.devices.config import load_devices
 from edgeship.devices.hashing import sha256_file
 from edgeship.pipeline.validate import measure
 from edgeship.profile import LatencySettings
+from tests.devices import sshd as sshd_helper
 from tests.devices.conftest import dropping_python
 
 
@@ -114,3 +121,69 @@ def test_ssh_runs_an_openvino_ir_folder_checked_by_its_sha256_and_labelled_by_wh
     with pytest.raises(MeasurementError, match="sha256"):
         ssh_device().run_job(job, tmp_path / "changed")
     assert remote_jobs(sshd) == []
+
+
+@pytest.fixture
+def attacker_master(sshd, tmp_path: Path, monkeypatch):
+    """Another local user's trap (simulated as ``nobody``): the folder of edgeship's old fixed control-socket
+    name (``$TMPDIR/edgeship-ssh-<uid>``) made first, mode 0777, and in it an ssh master on the socket name
+    ssh would give the test sshd, connected to a server of theirs that answers every command with HIJACKED."""
+    temp = Path(tempfile.mkdtemp(prefix="es-", dir="/tmp"))  # short: a socket path has at most 107 characters
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    theirs = sshd_helper.start(tmp_path / "attacker", extra_config="ForceCommand echo HIJACKED\n")
+    fixed = temp / f"edgeship-ssh-{os.getuid()}"
+    fixed.mkdir()
+    fixed.chmod(0o777)
+    nobody = pwd.getpwnam("nobody")
+    os.chown(fixed, nobody.pw_uid, nobody.pw_gid)
+    name = subprocess.run(["ssh", "-G", "-o", "ControlPath=%C", "-p", str(sshd.port), "-l", sshd.user, "127.0.0.1"],
+                          capture_output=True, text=True, check=True).stdout.split("controlpath ")[1].split()[0]
+    master = subprocess.Popen(["ssh", "-M", "-N", "-o", f"ControlPath={fixed / name}", "-o", "BatchMode=yes",
+                               "-o", f"UserKnownHostsFile={theirs.known_hosts}", "-i", str(theirs.identity),
+                               "-p", str(theirs.port), "-l", theirs.user, "127.0.0.1"], stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not (fixed / name).exists():
+        assert master.poll() is None and time.monotonic() < deadline, "the attacker's master did not start"
+        time.sleep(0.05)
+    os.chown(fixed / name, nobody.pw_uid, nobody.pw_gid, follow_symlinks=False)
+    yield fixed
+    master.terminate()
+    master.wait(10)
+    theirs.stop()
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_ssh_never_uses_a_master_another_user_put_at_the_old_fixed_socket_folder(sshd, ssh_device,
+                                                                                 attacker_master) -> None:
+    device = ssh_device()
+    proc = subprocess.run(device.ssh_args("echo board"), capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert proc.stdout.strip() == "board", proc.stdout + proc.stderr   # the test sshd, not the attacker's
+    socket = Path(next(a.split("=", 1)[1] for a in device.ssh_args("true") if a.startswith("ControlPath=")))
+    folder = os.lstat(socket.parent)
+    assert socket.parent != attacker_master and socket.parent.name.startswith("edgeship-ssh-")
+    assert folder.st_uid == os.geteuid() and stat.S_IMODE(folder.st_mode) == 0o700
+    assert stat.S_ISSOCK(os.lstat(socket).st_mode)   # our own master, in our own folder
+
+
+@pytest.mark.parametrize("how", ["0777", "nobody"])
+def test_ssh_refuses_a_workdir_others_could_swap_job_files_in(sshd, ssh_device, tmp_path, ptl, inputs, how) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777 if how == "0777" else 0o755)
+    if how == "nobody":
+        nobody = pwd.getpwnam("nobody")
+        os.chown(shared, nobody.pw_uid, nobody.pw_gid)
+    device = ssh_device(workdir=str(shared))
+    with pytest.raises(MeasurementError, match=f"workdir {shared} on .* is a link, another user") as info:
+        device.run_job(job_for(ptl, inputs), tmp_path / "w")
+    assert not isinstance(info.value, TransportError) and list(shared.iterdir()) == []
+    assert "workdir" in device.check().error
+
+
+def test_ssh_job_folder_is_private_to_the_login_user(sshd, ssh_device, tmp_path, ptl, inputs) -> None:
+    device = ssh_device(python=str(tmp_path / "python"))
+    (tmp_path / "python").write_text(f"#!/bin/sh\nstat -c %a . > {tmp_path / 'mode'}\nexec {sys.executable} \"$@\"\n")
+    (tmp_path / "python").chmod(0o755)
+    assert device.run_job(job_for(ptl, inputs), tmp_path / "w").document["ok"]
+    assert (tmp_path / "mode").read_text().strip() == "700"

@@ -19,11 +19,21 @@ The package's metadata (its wrapper_metadata.json, read by runner.py without loa
 edgeship.cpu_flags (the flags its code needs), edgeship.isa, edgeship.source_sha256 (the exported
 program it was compiled from: a package made from another artifact is never reused) and
 edgeship.torch (the torch that compiled it).
+
+Inductor's on-disk cache holds code it compiles and loads without checking: its default is a fixed
+name in the temporary folder (``/tmp/torchinductor_<user>``), which another user can make first,
+with kernels of theirs in it. So a compile here uses ``$TORCHINDUCTOR_CACHE_DIR`` only when the user
+set it (not torch, which sets it to that default when torch._dynamo is imported) to a folder of
+theirs that nobody else can write to, and otherwise a new folder of its own (random name, mode
+0700), removed after; and Inductor's precompiled headers, kept under that fixed name whatever the
+cache folder is, are turned off.
 """
+import contextlib
 import importlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import zipfile
@@ -37,6 +47,10 @@ GCC_FLAGS = {"avx2": "avx2", "fma": "fma", "avx512f": "avx512f", "avx512dq": "av
              "amx-tile": "amx_tile", "amx-bf16": "amx_bf16", "amx-int8": "amx_int8", "amx-fp16": "amx_fp16",
              "avx512fp16": "avx512_fp16"}
 NO_COMPILER = "AOTInductor needs a C++ compiler on the device: apt-get install g++"
+CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+# Inductor's header precompiling (AOT and JIT): the headers live in torchinductor_<user> under the
+# temporary folder whatever CACHE_ENV says, and a header found there is compiled into the package.
+PRECOMPILED_HEADERS = (("aot_inductor", "precompile_headers"), (None, "cpp_cache_precompile_headers"))
 
 
 def sibling(name):
@@ -83,6 +97,9 @@ def inductor_configs(settings):
     settings = dict(DEFAULTS, **settings)
     configs = {"freezing": settings["freezing"], "max_autotune": settings["max_autotune"],
                "cpp.dynamic_threads": settings["threads"] is None}
+    for group, name in PRECOMPILED_HEADERS:
+        if hasattr(getattr(config, group) if group else config, name):  # older torch: no such setting, no headers
+            configs[name if group is None else "%s.%s" % (group, name)] = False
     if settings["threads"]:
         configs["cpp.threads"] = settings["threads"]
     if settings["march"]:
@@ -95,6 +112,61 @@ def inductor_configs(settings):
     required = sorted(set(settings["flags"]) | set(vector_flags))
     configs["aot_inductor.metadata"] = {"edgeship.cpu_flags": ",".join(required), "edgeship.isa": settings["isa"]}
     return configs, required, str(vec) if vec else "scalar"
+
+
+def user_cache():
+    """CACHE_ENV as the user set it, or None: unset, or set by torch itself to its default (importing
+    torch._dynamo does that, and makes the folder)."""
+    given = os.environ.get(CACHE_ENV)
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:
+        return given
+    return None if not given or os.path.abspath(given) == os.path.abspath(default_cache_dir()) else given
+
+
+@contextlib.contextmanager
+def private_cache():
+    """Inductor's on-disk cache, for the compile inside the block, in a folder only this user controls:
+    the one the user set (RuntimeError when another user could write there), else a new folder,
+    removed after the block."""
+    given, before = user_cache(), os.environ.get(CACHE_ENV)
+    if given:
+        problem = folder_problem(given)
+        if problem:
+            raise RuntimeError("Inductor's cache folder ($%s) %s %s: another user could have put compiled code "
+                               "there; use a folder of yours that nobody else can write to (mode 0700)"
+                               % (CACHE_ENV, given, problem))
+        yield given
+        return
+    folder = tempfile.mkdtemp(prefix="aoti-inductor-")
+    os.environ[CACHE_ENV] = folder
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        if before is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = before
+
+
+def folder_problem(path):
+    """Why another local user could control the folder ``path`` (a link, not a folder, someone else's,
+    writable by its group or everyone), or None; a missing one is made (mode 0700). The device-side
+    twin of edgeship.fsutil.folder_problem."""
+    try:
+        os.makedirs(path, mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        return "is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a folder"
+    if st.st_uid not in (os.geteuid(), 0):
+        return "is owned by uid %d, not by you" % st.st_uid
+    if st.st_mode & 0o022:
+        return "is writable by others (mode %04o)" % stat.S_IMODE(st.st_mode)
+    return None
 
 
 def missing_compiler():
@@ -131,15 +203,15 @@ def build_package(exported_path, settings, dest):
     settings = dict(DEFAULTS, **settings)
     if settings["isa"] == "native":  # -march=native: the code may use every extension of this CPU
         settings["flags"] = (sibling("cpu").cpu_facts() or {}).get("flags") or []
-    configs, required, vec = inductor_configs(settings)
-    configs["aot_inductor.metadata"].update({"edgeship.source_sha256": sibling("hashing").sha256_path(exported_path),
-                                             "edgeship.torch": torch.__version__, "edgeship.vec_isa": vec})
-    program = torch.export.load(exported_path)
     folder, name = os.path.split(os.path.abspath(dest))
     work = tempfile.mkdtemp(prefix=".%s.tmp-" % name, dir=folder)  # beside dest: os.replace stays on one disk
     try:
-        tmp = os.path.join(work, name)  # the archive's folder is named after the file
-        compile_program(program, tmp, configs)
+        with private_cache():  # around inductor_configs too: picking the vector ISA compiles into the cache
+            configs, required, vec = inductor_configs(settings)
+            configs["aot_inductor.metadata"].update({"edgeship.source_sha256": sibling("hashing").sha256_path(
+                exported_path), "edgeship.torch": torch.__version__, "edgeship.vec_isa": vec})
+            tmp = os.path.join(work, name)  # the archive's folder is named after the file
+            compile_program(torch.export.load(exported_path), tmp, configs)
         os.replace(tmp, dest)
     except exc.InvalidCxxCompiler:
         raise RuntimeError(NO_COMPILER) from None

@@ -19,6 +19,13 @@ compiles one in. Compiling runs with grad mode off, without which Inductor ignor
 (``build.compile_program``). int8 (``backends/aoti/quantize.py``) is compiled here, frozen, and
 refused unless the package calls oneDNN int8 kernels. The kernels a package calls are read from its
 generated wrapper (``package_calls``) into ``details["kernels"]``.
+
+Inductor's on-disk cache holds code it compiles and then loads, trusted as found: compiling here
+uses ``$TORCHINDUCTOR_CACHE_DIR`` when the user set it and otherwise ``~/.cache/edgeship/inductor``
+(not Inductor's default, ``/tmp/torchinductor_<user>``, a name another user can take first), either
+one only when it is a folder of this user's that nobody else can write to
+(``private_inductor_cache``); build.py turns off the precompiled headers Inductor keeps under that
+default name whatever the cache folder is.
 """
 from __future__ import annotations
 
@@ -41,8 +48,9 @@ from edgeship.backends.aoti.spec import AotiSpec
 from edgeship.backends.base import Artifact, Backend, LowerRequest, Predict
 from edgeship.backends.spec import TargetCpu
 from edgeship.devices.cpu import cpu_facts
+from edgeship.devices.lock import user_folder
 from edgeship.errors import LoweringError
-from edgeship.fsutil import atomic_output
+from edgeship.fsutil import atomic_output, private_folder
 from edgeship.lowering.capture import check_sizes
 
 if TYPE_CHECKING:
@@ -90,6 +98,7 @@ class AotiBackend(AotiSpec, Backend):
         if path is None:
             raise LoweringError(f"AOTInductor compiles C++ and the compiler is missing here ({compiler}): "
                                 "apt-get install g++, or set CXX")
+        private_inductor_cache()  # before inductor_configs: picking the vector ISA compiles into the cache
         configs, required, vec = aoti_build.inductor_configs(compile_settings(opts, choice))
         for name, facts in targets:
             lacking = missing_flags(required, facts)
@@ -132,6 +141,18 @@ class AotiBackend(AotiSpec, Backend):
             notes.append("the exported program " + check_sizes(request.captured, torch_predict(module),
                                                                request.variant.precision))
         return Artifact(request.dest, notes, details)
+
+
+def private_inductor_cache() -> Path:
+    """Inductor's on-disk cache for the compiles of this process: ``$TORCHINDUCTOR_CACHE_DIR`` when the
+    user set it (not torch, to its default), else ``~/.cache/edgeship/inductor``, made or checked as a
+    folder only this user controls (OutputError, exit 2, naming it when not) and set in the environment,
+    which Inductor reads at each use."""
+    given = aoti_build.user_cache()
+    folder = (private_folder(Path(given), f"Inductor's cache folder (${aoti_build.CACHE_ENV})") if given
+              else user_folder("inductor"))
+    os.environ[aoti_build.CACHE_ENV] = str(folder)
+    return folder
 
 
 def compile_settings(opts: AotiSpec.Options, choice: IsaChoice) -> dict[str, Any]:
