@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from edgeship import outputs, shapes
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
+from edgeship.backends.fallback import lifted
 from edgeship.backends.onnx.bundle import runtime_needs
 from edgeship.backends.onnx.cpu import choose_reduce_range
 from edgeship.backends.onnx.quantize import quantize_dynamic_onnx, quantize_qdq
@@ -73,7 +74,8 @@ class OnnxLowering:
         details: dict[str, Any] = {}
         if request.variant.precision == "int8":
             quantized = lower_int8(request, choose=self.choose_int8, level=self.host_level(opts))
-            notes, details = list(quantized.notes), {"quantization": quantized.details}
+            notes, details = list(quantized.notes), lifted(quantized.details)
+            details["quantization"] = quantized.details
         else:
             export_onnx(request.captured, opts.opset, opts.dynamic_batch, request.dest)
         model = onnx.load(str(request.dest), load_external_data=False)

@@ -1,7 +1,9 @@
 """ONNX Runtime's own int8 path: static QDQ quantization and dynamic quantization.
 
 The float model is first pre-processed as ONNX Runtime recommends (``quant_pre_process``: shape
-inference and graph optimization). Static quantization writes QDQ (QuantizeLinear /
+inference and graph optimization), with the fallbacks its documentation gives where that crashes
+(``preprocess``: without the symbolic shape inference, then none; each step down recorded in the
+details' ``fallbacks`` and the notes). Static quantization writes QDQ (QuantizeLinear /
 DequantizeLinear pairs around float operators) with per-channel or per-tensor int8 weights and
 either uint8 activations (U8S8: the fast, accurate form on CPUs) or symmetric int8 activations
 (S8S8: the form TensorRT builds engines from without its own calibrator). Calibration ranges are
@@ -14,11 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from edgeship.backends.fallback import Descent, Rung, descend, recorded, vendor_step
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
@@ -48,6 +53,8 @@ DYNAMIC_OPS = ["MatMul", "Gemm"]
 RANGES = "ranges.json"
 LAYER_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul")  # the weighted nodes reported and kept in float
 FREE_BATCH = 8  # calibration batch when the model's batch dimension is free
+ORT = "ONNX Runtime"
+SYMBOLIC = "symbolic shape inference"
 
 
 def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activations: Activations = "uint8",
@@ -81,8 +88,8 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
                "reduce_range": activations == "uint8" if reduce_range is None else reduce_range}
 
     with tempfile.TemporaryDirectory(prefix="edgeship-qdq-") as work:
-        pre_notes: list[str] = []
-        pre = preprocess(Path(fp32_path), Path(work) / "pre.onnx", pre_notes)
+        prepared = preprocess(Path(fp32_path), Path(work) / "pre.onnx")
+        pre = prepared.value
         batch = calibration_batch(pre)
         key = {"kind": "onnxruntime-ranges", "model_sha256": sha256_file(pre),
                "data_sha256": calibration.fingerprint(), "method": method, "batch": batch,
@@ -116,7 +123,8 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
                               activations=activations, method=method, samples=len(calibration),
                               **weights, **scope.details(), kept_float=excluded, sensitivity=report,
                               calibration={**cache_facts, "data": calibration.source})
-    done.notes += [*pre_notes, f"int8 operators: {scope.reason}"]
+    done.notes += [*(s.note() for s in prepared.steps), f"int8 operators: {scope.reason}"]
+    recorded(done.details, prepared.steps)
     return done
 
 
@@ -132,35 +140,52 @@ def quantize_dynamic_onnx(fp32_path: Path, dest: Path, *, per_channel: bool = Tr
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with tempfile.TemporaryDirectory(prefix="edgeship-dyn-") as work:
-        pre_notes: list[str] = []
-        pre = preprocess(Path(fp32_path), Path(work) / "pre.onnx", pre_notes)
+        prepared = preprocess(Path(fp32_path), Path(work) / "pre.onnx")
         with atomic_output(Path(dest)) as out:
-            quantize_dynamic(str(pre), str(out), op_types_to_quantize=DYNAMIC_OPS, per_channel=per_channel,
-                             weight_type=QuantType.QInt8)
+            vendor_step(ORT, "quantize_dynamic", lambda: quantize_dynamic(
+                str(prepared.value), str(out), op_types_to_quantize=DYNAMIC_OPS, per_channel=per_channel,
+                weight_type=QuantType.QInt8))
     done = Quantized.describe("dynamic", "ONNX Runtime dynamic quantization (" + ", ".join(DYNAMIC_OPS) + ")",
                               per_channel=per_channel)
-    done.notes += pre_notes
+    done.notes += [s.note() for s in prepared.steps]
+    recorded(done.details, prepared.steps)
     return done
 
 
-def preprocess(src: Path, dest: Path, notes: list[str]) -> Path:
-    """ONNX Runtime's recommended preparation: symbolic and ONNX shape inference, graph optimization.
-    Where symbolic shape inference cannot follow the graph (data-dependent shapes: NonMaxSuppression,
-    TopK over a count), it is skipped, with a note. It runs inside ``dest``'s folder: on that failure
-    ONNX Runtime writes sym_shape_infer_temp.onnx and its data into the current folder."""
+def preprocess(src: Path, dest: Path) -> Descent[Path]:
+    """``dest``: ``src`` as ONNX Runtime recommends preparing it (``quant_pre_process``: symbolic and
+    ONNX shape inference, graph optimization), falling back as its documentation allows. Without the
+    symbolic shape inference (``skip_symbolic_shape``) where that pass fails: it cannot follow
+    data-dependent shapes (NonMaxSuppression, TopK over a count), and ONNX Runtime 1.32 crashes on some
+    valid graphs (an Expand of a ReduceMax at opset 18 and later: TypeError in ``_infer_Expand``). With
+    no pre-processing where that fails too: the exported model is quantized as it is. The steps down
+    are in the Descent. It runs inside ``dest``'s folder: on a symbolic failure ONNX Runtime writes
+    sym_shape_infer_temp.onnx and its data into the current folder."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     src, dest = Path(src).resolve(), Path(dest).resolve()
-    with working_directory(dest.parent):
-        try:
-            quant_pre_process(str(src), str(dest))
-        except Exception as e:  # ORT raises a bare Exception for this
-            if "Incomplete symbolic shape inference" not in str(e):
-                raise
-            quant_pre_process(str(src), str(dest), skip_symbolic_shape=True)
-            notes.append("ONNX Runtime's symbolic shape inference cannot follow this graph (data-dependent "
-                         "shapes); pre-processed with ONNX shape inference only")
-    return dest
+
+    def run(**skip: bool) -> Path:
+        with working_directory(dest.parent):
+            quant_pre_process(str(src), str(dest), **skip)
+        return dest
+
+    def as_exported() -> Path:
+        shutil.copyfile(src, dest)
+        return dest
+
+    return descend(ORT, "quant_pre_process", [
+        Rung("full", run, failing=preprocess_part),
+        Rung(f"without {SYMBOLIC}", lambda: run(skip_symbolic_shape=True),
+             failing="ONNX shape inference or graph optimization"),
+        Rung("without pre-processing", as_exported)])
+
+
+def preprocess_part(error: BaseException) -> str:
+    """The part of quant_pre_process that raised ``error``: the symbolic shape inference when the
+    traceback runs through its module, else the pre-processing as a whole."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return SYMBOLIC if any(Path(f.filename).name == "symbolic_shape_infer.py" for f in frames) else "pre-processing"
 
 
 @contextlib.contextmanager
@@ -202,10 +227,14 @@ def calibrate_ranges(model: Path, data: Dataset, batch: int, method: str, percen
 
     ops = sorted(set(QLinearOpsRegistry) | set(QDQRegistry))  # what quantize_static calibrates
     extra = {"percentile": percentile} if method == "percentile" else {}
-    calibrator = create_calibrator(model, ops, augmented_model_path=str(out.parent / "augmented.onnx"),
-                                   calibrate_method=CalibrationMethod[ORT_METHODS[method]], extra_options=extra)
-    calibrator.collect_data(_Reader(data, batch))
-    save_tensors_data(calibrator.compute_data(), out)
+
+    def ranges() -> Any:  # ONNX Runtime's TensorsData
+        calibrator = create_calibrator(model, ops, augmented_model_path=str(out.parent / "augmented.onnx"),
+                                       calibrate_method=CalibrationMethod[ORT_METHODS[method]], extra_options=extra)
+        calibrator.collect_data(_Reader(data, batch))
+        return calibrator.compute_data()
+
+    save_tensors_data(vendor_step(ORT, "calibration", ranges), out)
     (out.parent / "augmented.onnx").unlink(missing_ok=True)
 
 
@@ -217,15 +246,14 @@ def _quantize_static(pre: Path, out: Path, ranges: Path, method: str, activation
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     symmetric = activations == "int8-symmetric"
-    quantize_static(str(pre), str(out), None, quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                    reduce_range=reduce_range,
-                    activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
-                    weight_type=QuantType.QInt8, nodes_to_exclude=exclude,
-                    nodes_to_quantize=[only] if only else None, op_types_to_quantize=op_types,
-                    calibrate_method=CalibrationMethod[ORT_METHODS[method]],
-                    extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True,
-                                   "QuantizeBias": quantize_bias},
-                    calibration_cache_path=str(ranges))
+    vendor_step(ORT, "quantize_static", lambda: quantize_static(
+        str(pre), str(out), None, quant_format=QuantFormat.QDQ, per_channel=per_channel, reduce_range=reduce_range,
+        activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
+        weight_type=QuantType.QInt8, nodes_to_exclude=exclude,
+        nodes_to_quantize=[only] if only else None, op_types_to_quantize=op_types,
+        calibrate_method=CalibrationMethod[ORT_METHODS[method]],
+        extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True, "QuantizeBias": quantize_bias},
+        calibration_cache_path=str(ranges)))
 
 
 def layer_sensitivity(float_model: Path, qdq_model: Path, data: Dataset, batch: int,

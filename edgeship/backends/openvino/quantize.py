@@ -36,11 +36,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from edgeship.backends.fallback import Rung, descend
 from edgeship.backends.openvino.cpu import choose_overflow_fix
 from edgeship.backends.openvino.spec import OPENVINO_QUANTIZATION, OpenvinoSpec
 from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
-from edgeship.errors import LoweringError, first_line
+from edgeship.errors import LoweringError
 from edgeship.quantize.autokeep import AutoKeep
 from edgeship.quantize.cpu_choice import cpu_details, this_machine
 from edgeship.quantize.quantized import Quantized, calibrated
@@ -192,19 +193,23 @@ def run_nncf(read_model: Callable[[], openvino.Model], data: Dataset, batch: int
     """nncf.quantize with ``args`` (edgeship's names) on ``data`` in batches of ``batch``, and the bias
     correction it used. NNCF refuses its bias corrections on some graphs (the full one on a model with
     an ``If``, as a detector with its own NMS has): the next one is tried then (full, fast, none),
-    each on a fresh read of the float model, and the refusals are returned to say so."""
+    each on a fresh read of the float model (``backends/fallback.py``), and the refusals are returned
+    to say so; a refusal of none too is a LoweringError naming NNCF and the bias correction."""
     asked = "fast" if args["fast_bias_correction"] else "full"
-    refused: list[str] = []
-    for bias in BIAS_CORRECTIONS[BIAS_CORRECTIONS.index(asked):]:
-        try:
-            model = quantize_once(read_model(), data, batch, args, ignored, bias)
-        except NotImplementedError as e:
-            if "bias" not in str(e).lower() or bias == "none":
-                raise
-            refused.append(f"{bias} ({first_line(e)})")
-            continue
-        return model, {"bias_correction": bias, "bias_correction_refused": refused}
-    raise AssertionError("unreachable: bias correction none raises or returns")
+
+    def attempt(bias: str) -> Callable[[], openvino.Model]:
+        return lambda: quantize_once(read_model(), data, batch, args, ignored, bias)
+
+    rungs = [Rung(bias, attempt(bias), failing=f"bias correction {bias}")
+             for bias in BIAS_CORRECTIONS[BIAS_CORRECTIONS.index(asked):]]
+    done = descend("NNCF", "nncf.quantize", rungs, steps_down=refuses_bias_correction)
+    return done.value, {"bias_correction": done.rung,
+                        "bias_correction_refused": [f"{s.rung} ({s.crash.message})" for s in done.steps]}
+
+
+def refuses_bias_correction(error: Exception) -> bool:
+    """NNCF's refusal of a bias correction on a graph it does not support it for (NotImplementedError)."""
+    return isinstance(error, NotImplementedError) and "bias" in str(error).lower()
 
 
 def quantize_once(model: openvino.Model, data: Dataset, batch: int, args: dict[str, Any], ignored: list[str],

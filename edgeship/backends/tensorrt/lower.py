@@ -1,7 +1,9 @@
 """TensorRT (Jetson): the ONNX a TensorRT engine is built from, plus what builds it on the device.
 
 Engines are specific to the GPU and TensorRT version, so the artifact here is the ONNX model
-(static shapes, an opset the target's TensorRT parses, optionally simplified with onnxslim) and,
+(static shapes, an opset the target's TensorRT parses, optionally simplified with onnxslim: without its
+shape inference where that crashes, unsimplified where onnxslim crashes anyway, each step down in
+``lowering.details["fallbacks"]``) and,
 for int8, its symmetric S8S8 QDQ form with per-channel weights: explicit quantization, which
 TensorRT 10 builds without a calibrator. Beside it go ``engine.json`` (the builder settings),
 ``tensorrt_engine.py`` (the device-side builder, TensorRT Python API) and ``build_engine.sh``
@@ -18,11 +20,13 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from edgeship import shapes
 from edgeship.backends.base import Artifact, Backend, LowerRequest, require
+from edgeship.backends.fallback import Rung, StepDown, descend, lifted, recorded
 from edgeship.backends.onnx.lower import export_onnx, graph_details
 from edgeship.backends.tensorrt import engine as tensorrt_engine
 from edgeship.backends.tensorrt.spec import TENSORRT_QUANTIZATION, TensorrtSpec
@@ -63,9 +67,9 @@ class TensorrtBackend(TensorrtSpec, Backend):
         with tempfile.TemporaryDirectory(prefix="edgeship-trt-") as work:
             fp32 = Path(work) / "model.fp32.onnx"
             export_onnx(request.captured, opts.chosen_opset(), False, fp32)
-            if opts.simplify:
-                simplify(fp32, notes)
+            slimmed = simplify(fp32, notes) if opts.simplify else []
             details = self._write_model(request, fp32, notes)
+        recorded(details, slimmed)
         settings = engine_settings(request.dest.name, precision, opts, request.captured.model.spec)
         write_engine_files(request.dest.parent, settings)
         details["engine_settings"] = settings
@@ -101,6 +105,7 @@ class TensorrtBackend(TensorrtSpec, Backend):
             notes.extend(quantized.notes)
         details = graph_details(onnx.load(str(request.dest), load_external_data=False))
         if request.variant.precision == "int8":
+            details.update(lifted(quantized.details))
             details["quantization"] = quantized.details
         return details
 
@@ -123,15 +128,31 @@ class TensorrtBackend(TensorrtSpec, Backend):
                             operators=settings.operators, budget=request.budget)
 
 
-def simplify(path: Path, notes: list[str]) -> None:
-    """onnxslim in place: constant folding and graph clean-up; the node counts go into the notes."""
+def simplify(path: Path, notes: list[str]) -> list[StepDown]:
+    """onnxslim in place: constant folding and graph clean-up; the node counts go into the notes. Where
+    it crashes, its documented ``no_shape_infer``, then no simplification (the profile's
+    ``simplify = false``: TensorRT parses the exported ONNX as it is); the steps down are returned."""
     import onnx
     import onnxslim
 
     before = len(onnx.load(str(path)).graph.node)
-    slimmed = onnxslim.slim(str(path))
-    onnx.save(slimmed, str(path))
-    notes.append(f"onnxslim {onnxslim.__version__}: {before} -> {len(slimmed.graph.node)} nodes")
+    done = descend("onnxslim", "slim", [
+        Rung("full", lambda: onnxslim.slim(str(path)), failing=slim_part),
+        Rung("without shape inference", lambda: onnxslim.slim(str(path), no_shape_infer=True),
+             failing="simplification"),
+        Rung("without simplification", lambda: None)])
+    if done.value is not None:
+        onnx.save(done.value, str(path))
+        notes.append(f"onnxslim {onnxslim.__version__}: {before} -> {len(done.value.graph.node)} nodes"
+                     + ("" if done.rung == "full" else f" ({done.rung})"))
+    notes.extend(s.note() for s in done.steps)
+    return done.steps
+
+
+def slim_part(error: BaseException) -> str:
+    """The part of onnxslim.slim that raised ``error``: its shape inference, else the simplification."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return "shape inference" if any(f.name == "shape_infer" for f in frames) else "simplification"
 
 
 def engine_settings(onnx_name: str, precision: str, opts: TensorrtOptions,
