@@ -32,6 +32,7 @@ def atomic_output(dest: Path, size: int | None = None) -> Iterator[Path]:
     ``size``: the bytes about to be written, when known, for the message on a full disk.
     """
     dest = Path(dest)
+    refuse_special(dest)
     with full_disk_is_write_failure(dest, size):
         dest.parent.mkdir(parents=True, exist_ok=True)
     # The temporary name keeps the suffix: some writers insist on it (a package folder's converter checks it).
@@ -42,11 +43,25 @@ def atomic_output(dest: Path, size: int | None = None) -> Iterator[Path]:
     try:
         with full_disk_is_write_failure(dest, size):
             yield tmp
+            refuse_special(dest)
             if dest.is_dir() and not dest.is_symlink():
                 shutil.rmtree(dest)
             os.replace(tmp, dest)
     finally:
         remove_path(tmp)
+
+
+def refuse_special(dest: Path) -> None:
+    """OutputError (exit 2) when ``dest`` is a device, a pipe or a socket: a rename over it would put a
+    file in its place (as root, ``/dev/null`` itself), and nothing edgeship writes belongs there."""
+    try:
+        mode = os.lstat(dest).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        kind = ("a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else
+                "a named pipe" if stat.S_ISFIFO(mode) else "a socket")
+        raise OutputError(f"{dest}: is {kind}, not a file edgeship may replace; name a file or a folder")
 
 
 @contextlib.contextmanager

@@ -153,3 +153,20 @@ def test_fsutil_private_folder_refuses_one_anyone_may_rename_away(tmp_path: Path
     shared.chmod(0o777)  # no sticky bit, unlike /tmp
     with pytest.raises(OutputError, match="where anyone may rename it"):
         private_folder(shared / "edgeship", "the cache folder")
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_fsutil_atomic_write_refuses_to_replace_a_device_or_a_pipe(tmp_path, kind) -> None:
+    """Run as root, a rename over /dev/null puts a regular file in its place for every process."""
+    special = tmp_path / "null"
+    if kind == "device":
+        if os.geteuid() != 0:
+            pytest.skip("making a device node needs root")
+        os.mknod(special, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    else:
+        os.mkfifo(special)
+    with pytest.raises(OutputError, match="not a file edgeship may replace"):
+        atomic_write_text(special, "text")
+    mode = os.lstat(special).st_mode
+    assert stat.S_ISCHR(mode) if kind == "device" else stat.S_ISFIFO(mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]
