@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from edgeship.devices.config import DeviceSet
     from edgeship.matrix.run import MatrixRun
     from edgeship.reports import WrittenReport
+    from edgeship.store import Upgrade
 
 
 def build(target: str, model: str | None = None, *, input_shape: str | None = None,
@@ -69,6 +70,15 @@ def cache_clear() -> CacheSummary:
     from edgeship.cache import default_cache
 
     return default_cache().clear()
+
+
+def store_upgrade(db: str | None = None) -> Upgrade:
+    """Migrate the results store (``db``: its URL; None: ``$EDGESHIP_DB``, else artifacts/results.db)
+    to the newest schema revision this edgeship knows: the only command that migrates a store (builds
+    and reports never do). StoreError (exit 2) for a store of a newer edgeship or one not reachable."""
+    from edgeship.store import upgrade_store
+
+    return upgrade_store(db)
 
 
 def devices(devices_file: str | Path | None = None) -> DeviceSet:

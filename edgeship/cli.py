@@ -49,7 +49,8 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--no-wait", action="store_true",
                    help="when another build is using the output folder, stop (exit 2) instead of waiting for it")
     d = sub.add_parser("devices", help="list the devices of a devices file, or check that one is reachable")
-    d.add_argument("--devices", dest="devices_file", help="devices.toml (default: ./devices.toml if present)")
+    d.add_argument("--devices", dest="devices_file", help="devices.toml (default: ./devices.toml if present, said on "
+                                                          "stderr; it may not change a built-in device)")
     dsub = d.add_subparsers(dest="devices_command", required=True)
     dsub.add_parser("list", help="every device: transport, address, what it runs")
     c = dsub.add_parser("check", help="reach a device: OS, architecture, Python, runtimes, free disk")
@@ -63,6 +64,11 @@ def parser() -> argparse.ArgumentParser:
     k = sub.add_parser("cache", help="the stage cache under artifacts/.cache (or $EDGESHIP_CACHE_DIR)")
     k.add_argument("cache_command", choices=["clear", "info"],
                    help="clear: delete every entry (only what edgeship wrote there); info: where and how big")
+    s = sub.add_parser("store", help="the results store (the database every build records into)")
+    s.add_argument("store_command", choices=["upgrade"],
+                   help="upgrade: migrate it to this edgeship's schema revision (the only command that does; "
+                        "an older edgeship refuses it after that)")
+    s.add_argument("--db", help="results database URL (default: $EDGESHIP_DB, else sqlite:///artifacts/results.db)")
     return p
 
 
@@ -179,6 +185,14 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_store(args: argparse.Namespace) -> int:
+    """``store upgrade``: the revision before and after."""
+    from edgeship import api
+
+    print(api.store_upgrade(args.db))
+    return 0
+
+
 def cmd_devices(args: argparse.Namespace) -> int:
     """``devices list`` (exit 0), ``devices check NAME`` (exit 3 when it cannot be reached or probed)
     or ``devices setup NAME`` (exit 1 when the root cannot be made)."""
@@ -204,6 +218,8 @@ def cmd_report(args: argparse.Namespace) -> int:
                          fail_on_regression=args.fail_on_regression)
     for path in written.paths:
         print(f"wrote {path}")
+    for line in written.notes:
+        print(f"note: {line}")
     for line in written.regressions:
         print(f"regression: {line}")
     return 0
@@ -281,7 +297,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"build": cmd_build, "devices": cmd_devices, "report": cmd_report, "bundle": cmd_bundle,
-            "cache": cmd_cache, "matrix": cmd_matrix, "lab": cmd_lab}
+            "cache": cmd_cache, "matrix": cmd_matrix, "lab": cmd_lab, "store": cmd_store}
 
 
 def quiet_libraries() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +27,8 @@ SCHEMA = 1
 REUSED_FROM_CACHE = "reused from the stage cache"   # how the note of a latency row another build measured begins
 # The distributions every build's artifacts depend on; each backend adds its own (its spec's toolchain).
 TOOLCHAIN_DISTS = ("torch", "torchvision", "numpy", "edgeship")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "w8")  # DESIGN.md's precision ids (profile.models.Precision)
+BACKEND_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a backend's name, built in or a package's
 
 
 class ResultModel(BaseModel):
@@ -319,6 +322,24 @@ class Results(ResultModel):
 
     def variant(self, name: str) -> VariantResult:
         return next(v for v in self.variants if v.name == name)
+
+
+def id_problems(results: Results) -> list[str]:
+    """Where a results.json read from a file holds something else than an id or a time (a newline and
+    Markdown in ``backend``, say): ``key value: what is allowed``, for each. Free text (names, notes)
+    is not checked here: every report escapes it."""
+    problems = []
+    try:
+        datetime.fromisoformat(results.created)
+    except ValueError:
+        problems.append(f"created {json.dumps(results.created)}: an ISO 8601 time, e.g. 2026-11-29T18:00:00Z")
+    for i, v in enumerate(results.variants):
+        if not BACKEND_ID.fullmatch(v.backend):
+            problems.append(f"variants.{i}.backend {json.dumps(v.backend)}: a backend id (letters, digits, '.', '_', "
+                            f"'-', such as {REFERENCE})")
+        if v.precision not in PRECISIONS:
+            problems.append(f"variants.{i}.precision {json.dumps(v.precision)}: one of {', '.join(PRECISIONS)}")
+    return problems
 
 
 def finite_document(doc: object, path: str = "", notes: list[str] | None = None) -> object:

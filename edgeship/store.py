@@ -15,13 +15,16 @@ run after a failure). A measurement another target's build reused from the stage
 with that build too, so each target's rows are whole (reports count it once: ``reports/compare.py``).
 A database that cannot take or give rows (locked, away) is a ``StoreError``.
 
-The schema is versioned with alembic (``edgeship/store_migrations``): opening a store upgrades its
-database to the newest revision this edgeship knows, inside one transaction (on PostgreSQL under an
-advisory lock, so many builds opening one database at once migrate it once). A database made before
-migrations existed (schema 1's tables, no ``alembic_version``) is stamped as revision 0001 first; a
-database a newer edgeship upgraded is refused, naming both revisions, rather than written wrongly.
-Each build's rows go in one transaction, so concurrent writers (the builds of ``edgeship matrix``)
-lose nothing and never see half a build.
+The schema is versioned with alembic (``edgeship/store_migrations``), and opening a store never
+migrates it (``store_migrations/revisions.py``): on a shared database one teammate's newer edgeship
+would lock out everyone else's. Reading (``read_only``: reports) takes a database of any revision
+this edgeship knows as it is, a column a later revision added read as null; writing (builds) needs
+the newest revision and refuses an older one, naming ``edgeship store upgrade`` (:func:`upgrade_store`),
+the only command that migrates. A database a newer edgeship upgraded is refused, naming both
+revisions, rather than read or written wrongly. A database without tables is created at the newest
+revision when a build opens it (on PostgreSQL under an advisory lock, so builds opening one new
+database at once create it once). Each build's rows go in one transaction, so concurrent writers
+(the builds of ``edgeship matrix``) lose nothing and never see half a build.
 """
 from __future__ import annotations
 
@@ -29,21 +32,22 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeship.errors import StoreError, first_line
 from edgeship.results import Latency, Results, VariantResult
+from edgeship.store_migrations import revisions
+from edgeship.store_migrations.revisions import Upgrade
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
 DEFAULT_PATH = Path("artifacts") / "results.db"
 ENV = "EDGESHIP_DB"
-MIGRATIONS = Path(__file__).resolve().parent / "store_migrations"
-FIRST_REVISION = "0001"   # the schema of the tables edgeship made before migrations
-MIGRATION_LOCK = 7243100117  # pg_advisory_xact_lock key: one migrating connection at a time
+MIGRATIONS = revisions.HERE
 
 # The columns of a measurement row, by where they come from in results.json.
 BUILD_COLUMNS = ["build_id", "created", "target", "model"]
@@ -103,36 +107,35 @@ def masked_url(url: str) -> str:
 
 
 class ResultsStore:
-    """A database of measurements. ``url`` is any SQLAlchemy URL; None: :func:`default_url`."""
+    """A database of measurements. ``url`` is any SQLAlchemy URL; None: :func:`default_url`.
+    ``read_only``: for reading only (reports): a database of an older revision is read as it is, and
+    nothing is created (a SQLite file that does not exist is a StoreError); otherwise (builds) a
+    database without tables is created at the newest revision and an older one is refused."""
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, *, read_only: bool = False) -> None:
         import sqlalchemy as sa
 
         self.url = url or default_url()
-        try:
-            parsed = sa.engine.make_url(self.url)
-        except (sa.exc.ArgumentError, ValueError) as e:  # ValueError: a port that is not a number
-            raise StoreError(f"results database URL {masked_url(self.url)!r}: {first_line(e)}") from None
-        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            try:
-                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-            except (OSError, ValueError) as e:  # a parent that is a file, a NUL in the path, ...
-                raise StoreError(f"results database {self.display_url}: cannot make its folder: "
-                                 f"{first_line(e)}") from None
-        try:
-            self.engine = sa.create_engine(parsed)
-            self.metadata = sa.MetaData()
-            self.builds, self.measurements = _tables(self.metadata)
-            migrate(self.engine)
-        except ImportError as e:
-            raise StoreError(f"results database {self.display_url}: its driver is not installed: {e}") from None
-        except (sa.exc.SQLAlchemyError, OSError, ValueError) as e:
-            raise StoreError(f"results database {self.display_url}: cannot open it: {first_line(e)}") from None
+        self.engine = _engine(self.url, create=not read_only)
+        self.metadata = sa.MetaData()
+        self.builds, self.measurements = _tables(self.metadata)
+        with _database_errors(self.display_url, "cannot open it"):
+            if read_only:
+                with self.engine.connect() as conn:
+                    self.revision = revisions.check(conn, self.display_url, writing=False)
+            else:
+                self.revision = revisions.create_or_check(self.engine, self.display_url)
 
     @property
     def display_url(self) -> str:
         """The URL with any password hidden, for messages and files."""
         return masked_url(self.url)
+
+    @property
+    def behind(self) -> str | None:
+        """For a reader: a note that the database is at an older revision (what that means, how to
+        upgrade it), else None."""
+        return revisions.behind(self.revision, self.display_url)
 
     def record(self, results: Results, build_id: str | None = None, matrix: str | None = None) -> str:
         """Store every measurement in ``results`` (``matrix``: the matrix run recording it); return the
@@ -144,6 +147,7 @@ class ResultsStore:
         rows = [r for v in results.variants for r in _variant_rows(results, v)]
         try:
             with self.engine.begin() as conn:
+                revisions.check(conn, self.display_url, writing=True)  # upgraded or replaced since it was opened
                 if conn.execute(sa.select(self.builds.c.build_id).where(self.builds.c.build_id == build_id)).first():
                     return build_id
                 stored = self._stored_keys(conn, results.model.name)
@@ -165,13 +169,17 @@ class ResultsStore:
         import sqlalchemy as sa
 
         m = self.measurements
-        query = m.select().order_by(m.c.created, m.c.id)
-        for column, value in (("model", model), ("target", target), ("device", device)):
-            if value is not None:
-                query = query.where(m.c[column] == value)
         try:
             with self.engine.connect() as conn:
-                out = [dict(r._mapping) for r in conn.execute(query)]
+                tables = sa.inspect(conn)
+                if not tables.has_table("measurements"):
+                    return []  # a database nothing was recorded in yet
+                present = {c["name"] for c in tables.get_columns("measurements")}  # fewer in an older revision
+                query = sa.select(*[c for c in m.c if c.name in present]).order_by(m.c.created, m.c.id)
+                for column, value in (("model", model), ("target", target), ("device", device)):
+                    if value is not None:
+                        query = query.where(m.c[column] == value)
+                out = [dict.fromkeys(m.c.keys()) | dict(r._mapping) for r in conn.execute(query)]
         except sa.exc.SQLAlchemyError as e:
             raise StoreError(f"results database {self.display_url}: cannot read it: {first_line(e)}") from None
         for row in out:
@@ -185,34 +193,51 @@ class ResultsStore:
         return {tuple(r) for r in conn.execute(query.where(m.c.model == model))}
 
 
-def migrate(engine: sa.Engine) -> str:
-    """Upgrade the database behind ``engine`` to the newest schema revision; return it. StoreError for
-    a database of a revision this edgeship does not know (a newer edgeship's)."""
-    import sqlalchemy as sa
-    from alembic import command
-    from alembic.config import Config
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
+def upgrade_store(url: str | None = None) -> Upgrade:
+    """Migrate the results store at ``url`` (None: :func:`default_url`) to the newest schema revision
+    this edgeship knows: ``edgeship store upgrade``, the only migration. StoreError for a database of a
+    newer edgeship, one that cannot be reached, or a SQLite file that does not exist."""
+    url = url or default_url()
+    engine = _engine(url, create=False)
+    with _database_errors(masked_url(url), "cannot upgrade it"):
+        return revisions.upgrade(engine, masked_url(url))
 
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    head = ScriptDirectory.from_config(config).get_current_head()
-    with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
-        current = MigrationContext.configure(conn).get_current_revision()
-        if current == head:
-            return head
-        known = {rev.revision for rev in ScriptDirectory.from_config(config).walk_revisions()}
-        if current is not None and current not in known:
-            raise StoreError(f"results database {engine.url.render_as_string(hide_password=True)}: schema revision "
-                             f"{current} was written by a newer edgeship; this one knows revisions up to {head}: "
-                             "upgrade edgeship")
-        config.attributes["connection"] = conn
-        if current is None and sa.inspect(conn).has_table("builds"):
-            command.stamp(config, FIRST_REVISION)  # made by edgeship before migrations existed
-        command.upgrade(config, "head")
-    return head
+
+def _engine(url: str, create: bool) -> sa.Engine:
+    """An engine for ``url`` (StoreError for a URL it cannot use). A SQLite file's folder is made when
+    ``create``; else a SQLite file that does not exist is refused rather than made empty."""
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as e:  # ValueError: a port that is not a number
+        raise StoreError(f"results database URL {masked_url(url)!r}: {first_line(e)}") from None
+    path = parsed.database if parsed.get_backend_name() == "sqlite" and not parsed.query.get("uri") else None
+    if path not in (None, "", ":memory:"):
+        try:
+            if create:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            elif not Path(path).is_file():
+                raise StoreError(f"results database {masked_url(url)}: no such file: {path} (a build makes it; "
+                                 "check the path)")
+        except (OSError, ValueError) as e:  # a parent that is a file, a NUL in the path, ...
+            doing = "cannot make its folder" if create else "cannot use its path"
+            raise StoreError(f"results database {masked_url(url)}: {doing}: {first_line(e)}") from None
+    with _database_errors(masked_url(url), "cannot open it"):
+        return sa.create_engine(parsed)
+
+
+@contextmanager
+def _database_errors(where: str, doing: str) -> Iterator[None]:
+    """A database's failures (its driver missing, a server away, a locked file) as StoreError."""
+    import sqlalchemy as sa
+
+    try:
+        yield
+    except ImportError as e:
+        raise StoreError(f"results database {where}: its driver is not installed: {e}") from None
+    except (sa.exc.SQLAlchemyError, OSError, ValueError) as e:
+        raise StoreError(f"results database {where}: {doing}: {first_line(e)}") from None
 
 
 def _key(row: Mapping[str, object]) -> tuple[object, ...]:

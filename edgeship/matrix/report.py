@@ -1,7 +1,9 @@
 """The matrix report: models × targets × devices, each with the fastest variant that passed its
 gates on that device, its p50 and its accuracy, read from each build's results.json under --out;
 ``matrix.md`` for people, ``matrix.json`` for tools. A build that failed says why; a device a
-build has no passing measurement on says that, never a number."""
+build has no passing measurement on says that, never a number; a measurement the build reused
+(stage cache, build --resume) is marked. Every name and message in matrix.md is escaped
+(reports.markdown.md_text): a model, target, device or variant name is shown as written."""
 from __future__ import annotations
 
 import json
@@ -12,9 +14,14 @@ from typing import Any
 from edgeship.fsutil import atomic_write_text
 from edgeship.matrix.outcome import CellResult
 from edgeship.matrix.spec import Matrix
+from edgeship.reports.markdown import md_text
+from edgeship.reports.rows import reuse
 from edgeship.results import Latency, Results, VariantResult
 
 REPORT_MD, REPORT_JSON = "matrix.md", "matrix.json"
+REUSED_MARK = "*"
+REUSED_LEGEND = ("* not measured by this run's build: reused from the stage cache or kept by build --resume (the "
+                 "build's report.md says which, results.json's measured_at when it was measured)")
 
 
 def best_on(results: Results, device: str) -> tuple[VariantResult, Latency] | None:
@@ -48,6 +55,7 @@ def accuracy_text(results: Results, variant: VariantResult, device: str) -> str:
         ACCURACY_LABELS,
         accuracy,
         headline_metric,
+        measured,
         metric_label,
         task_metric,
         task_metric_names,
@@ -57,7 +65,7 @@ def accuracy_text(results: Results, variant: VariantResult, device: str) -> str:
     line = Line(Build(results.model.name, results, ""), variant, variant.name)
     if line.task == "classification":
         top1 = accuracy(line, "top1", device)
-        if top1.why is None:
+        if measured(top1):
             return f"top-1 {top1.text} (drop {accuracy(line, 'top1_drop', device).text} points)"
         metric = "sqnr_db"
     else:
@@ -82,7 +90,7 @@ def matrix_rows(matrix: Matrix, out: Path, cells: list[CellResult]) -> list[dict
                 variant, lat = found
                 row.update(best=variant.name, backend=variant.backend, precision=variant.precision,
                            p50_ms=lat.p50_ms, runtime=lat.runtime, accuracy=accuracy_text(results, variant, device),
-                           sha256=variant.sha256)
+                           sha256=variant.sha256, reused=reuse(lat))
             rows.append(row)
     return rows
 
@@ -94,23 +102,39 @@ def write_matrix_report(matrix: Matrix, out: Path, cells: list[CellResult], engi
            "builds": [asdict(c) for c in cells], "rows": rows}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / REPORT_JSON, json.dumps(doc, indent=1) + "\n")
-    lines = [f"# Matrix {matrix.path.name}", "",
+    atomic_write_text(out / REPORT_MD, "\n".join(matrix_markdown(matrix, cells, rows, engine, seconds)) + "\n")
+    return out / REPORT_MD
+
+
+def matrix_markdown(matrix: Matrix, cells: list[CellResult], rows: list[dict[str, Any]], engine: str,
+                    seconds: float) -> list[str]:
+    """matrix.md's lines: every name and message escaped (md_text), the reused measurements marked."""
+    lines = [f"# Matrix {md_text(matrix.path.name)}", "",
              f"{len(cells)} builds ({_count(len(matrix.models), 'model')} × {_count(len(matrix.targets), 'target')}), "
-             "devices "
-             f"{', '.join(matrix.devices)}; {engine}; {seconds:.1f} s.", "",
+             f"devices {md_text(', '.join(matrix.devices))}; {md_text(engine)}; {seconds:.1f} s.", "",
              "| model | target | device | best variant | p50 ms | accuracy | build |",
              "|---|---|---|---|---:|---|---|"]
-    for r in rows:
-        best = f"{r['best']} ({r['backend']} {r['precision']})" if r.get("best") else f"none: {r['why']}"
-        p50 = f"{r['p50_ms']:.3f}" if r.get("p50_ms") is not None else "-"
-        lines.append(f"| {r['model']} | {r['target']} | {r['device']} | {best} | {p50} | {r.get('accuracy') or '-'} "
-                     f"| {r['state']}{' on ' + r['built_on'] if r.get('built_on') else ''} |")
+    lines += [_table_row(r) for r in rows]
+    if any(r.get("reused") for r in rows):
+        lines += ["", md_text(REUSED_LEGEND)]
     failed = [c for c in cells if c.error]
     if failed:
         lines += ["", "## Builds that did not pass", ""]
-        lines += [f"- {c.model} × {c.target}: {c.state}: {c.error.splitlines()[0]}" for c in failed]
-    atomic_write_text(out / REPORT_MD, "\n".join(lines) + "\n")
-    return out / REPORT_MD
+        lines += [f"- {md_text(f'{c.model} × {c.target}: {c.state}: {c.error.splitlines()[0]}')}" for c in failed]
+    return lines
+
+
+def _table_row(r: dict[str, Any]) -> str:
+    """One row of matrix.md's table; a reused measurement's p50 and accuracy marked."""
+    def cell(text: object) -> str:
+        return md_text(text, block_start=False)
+
+    mark = REUSED_MARK if r.get("reused") else ""
+    best = f"{r['best']} ({r['backend']} {r['precision']})" if r.get("best") else f"none: {r['why']}"
+    p50 = f"{r['p50_ms']:.3f}{mark}" if r.get("p50_ms") is not None else "-"
+    accuracy = f"{r['accuracy']}{mark}" if r.get("accuracy") else "-"
+    build = f"{r['state']}{' on ' + r['built_on'] if r.get('built_on') else ''}"
+    return "| " + " | ".join(cell(t) for t in (r["model"], r["target"], r["device"], best, p50, accuracy, build)) + " |"
 
 
 def _count(n: int, word: str) -> str:

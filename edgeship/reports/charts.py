@@ -3,7 +3,9 @@
 Three charts: latency per variant and device (p50 bars, whiskers to p90), accuracy against
 latency with the Pareto front marked, and artifact sizes. Only measured values are drawn; a
 (variant, device) slot without a p50 says "not measured". The SVG keeps its text as text
-(``svg.fonttype = none``), so the page stays small and the charts stay searchable.
+(``svg.fonttype = none``), so the page stays small and the charts stay searchable. Every text is
+drawn as written: no mathtext (``$...$`` in a name), no TeX, and a legend label starting with ``_``
+(which matplotlib would leave out) kept by a zero-width space before it.
 """
 from __future__ import annotations
 
@@ -21,8 +23,8 @@ if TYPE_CHECKING:
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
-RC = {"svg.fonttype": "none", "font.size": 9, "font.family": "sans-serif",
-      "axes.spines.top": False, "axes.spines.right": False}
+RC = {"svg.fonttype": "none", "font.size": 9, "font.family": "sans-serif", "text.parse_math": False,
+      "text.usetex": False, "axes.spines.top": False, "axes.spines.right": False}
 
 
 @dataclass
@@ -77,7 +79,7 @@ def _latency_axes(fig: Figure, report: Report) -> None:
             bars.append((y, lat.p50_ms, whisker))
         if bars:
             ys, widths, whiskers = zip(*bars)
-            ax.barh(ys, widths, height=height * 0.9, color=COLORS[j % len(COLORS)], label=device,
+            ax.barh(ys, widths, height=height * 0.9, color=COLORS[j % len(COLORS)], label=_label(device),
                     xerr=[[0.0] * len(whiskers), list(whiskers)], capsize=2, error_kw={"elinewidth": 0.8})
     ax.set_yticks(range(len(lines)), [ln.name for ln in lines])
     ax.invert_yaxis()
@@ -112,12 +114,12 @@ def _accuracy_axes(fig: Figure, points: dict[str, list[tuple[float, float, Line]
             continue
         color = COLORS[j % len(COLORS)]
         xs, ys, lines = zip(*pts)
-        ax.scatter(xs, ys, color=color, marker=MARKERS[j % len(MARKERS)], label=device, zorder=3)
+        ax.scatter(xs, ys, color=color, marker=MARKERS[j % len(MARKERS)], label=_label(device), zorder=3)
         for i, (x, y, ln) in enumerate(pts):  # alternate above and below: close points stay readable
             ax.annotate(ln.name, (x, y), textcoords="offset points", xytext=(5, 5 if i % 2 == 0 else -11), fontsize=7)
         front = [pts[i] for i in pareto_front([(x, y) for x, y, _ in pts])]
         ax.plot([p[0] for p in front], [p[1] for p in front], linestyle="--", color=color, drawstyle="steps-post",
-                linewidth=1, label=f"Pareto front on {device}")
+                linewidth=1, label=_label(f"Pareto front on {device}"))
         ax.scatter([p[0] for p in front], [p[1] for p in front], s=140, facecolors="none", edgecolors=color, zorder=2)
     ys = [y for pts in points.values() for _, y, _ in pts]
     pad = max((max(ys) - min(ys)) * 0.15, 0.5)
@@ -147,6 +149,11 @@ def _size_axes(fig: Figure, sized: list[Line]) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("size (KiB)")
     ax.margins(x=0.15)
+
+
+def _label(name: str) -> str:
+    """A legend label shown as written: matplotlib leaves out a label starting with ``_``."""
+    return "\u200b" + name if name.startswith("_") else name
 
 
 def _height(report: Report, per_line: int) -> float:

@@ -81,9 +81,10 @@ class Comparison:
         return [c for c in self.changes if c.regressions]
 
 
-def store_rows(builds: list[Build], db: str | None, model: str | None = None,
-               target: str | None = None) -> tuple[list[Row], list[str]]:
-    """Rows of the given builds and, with ``db``, of the results store; oldest build first."""
+def store_rows(builds: list[Build], db: str | None, model: str | None = None, target: str | None = None,
+               notes: list[str] | None = None) -> tuple[list[Row], list[str]]:
+    """Rows of the given builds and, with ``db``, of the results store (read as it is: never migrated);
+    oldest build first. ``notes`` gets what a reader should know about the store (an older revision)."""
     from edgeship.store import ResultsStore
 
     memory = ResultsStore("sqlite://")
@@ -92,11 +93,13 @@ def store_rows(builds: list[Build], db: str | None, model: str | None = None,
     rows = memory.rows(model=model, target=target)
     sources = [b.source for b in builds]
     if db is not None:
-        store = ResultsStore(db)
+        store = ResultsStore(db, read_only=True)  # a report never migrates or creates a store
         given = {(b.results.created, b.results.target, b.results.model.name) for b in builds}
         rows += [r for r in store.rows(model=model, target=target)
                  if (r["created"], r["target"], r["model"]) not in given]
         sources.append(store.display_url)  # never the password
+        if notes is not None and store.behind:
+            notes.append(store.behind)
     return sorted(rows, key=lambda r: r["created"]), sources
 
 

@@ -1,17 +1,34 @@
 """The short table printed at the end of a build: variant, size, the task's headline accuracy
 (top-1 for classification, mAP@0.5 vs float for detection, ...) and, for embeddings, the nearest
 neighbour's recall@1 against float, SQNR, p50 per device, then per device (not emulated) the load
-+ first inference and the memory the runtime added."""
++ first inference and the memory the runtime added.
+
+A figure this build did not measure (reused from the stage cache, or kept by build --resume from the
+folder's previous results.json) carries a mark (``*``, ``^``), and a caption under the table says
+what the mark means: a reused number never passes for a fresh one.
+
+Names (variants, devices, the model, gate failures) are :class:`rich.text.Text`, never markup: a
+``[bold]`` or ``[/]`` in one is shown as written (rich would style it, or stop on a closing tag).
+"""
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from edgeship.reports.formatting import headline_metric, metric_label, metric_text
-from edgeship.results import Accuracy, Results, VariantResult
+from edgeship.reports.markdown import visible
+from edgeship.reports.rows import accuracy_row, reuse
+from edgeship.results import Accuracy, Latency, Results, VariantResult
 
 SECOND = {"embedding": "recall_at_1_vs_float"}  # a task's second figure, shown where results hold it
+MARKS = {"cache": "*", "resume": "^"}  # rows.reuse's kinds
+CAPTIONS = {
+    "cache": "not measured by this build: reused from the stage cache, measured by an earlier build on this machine "
+             "(measured_at in results.json); --remeasure measures again",
+    "resume": "not measured by this build: kept by build --resume from this folder's previous results.json "
+              "(measured_at there); --remeasure measures again",
+}
 
 
 def results_table(results: Results) -> Table:
@@ -20,25 +37,45 @@ def results_table(results: Results) -> Table:
     devices = list(dict.fromkeys(lat.device for v in results.variants for lat in v.latency))
     emulated = {lat.device for v in results.variants for lat in v.latency if lat.emulated is not None}
     headline, second = _headline(results), _second(results)
-    table = Table(title=f"{results.model.name} on {results.target}", title_justify="left")
+    table = Table(title=_text(f"{results.model.name} on {results.target}"), title_justify="left",
+                  caption=_caption(results), caption_justify="left")
     figures = [metric_label(headline), *([metric_label(second)] if second else []), "SQNR dB"]
     for column in ("variant", "backend", "precision", "size", *figures):
-        table.add_column(column, justify="left" if column in ("variant", "backend", "precision") else "right")
+        table.add_column(_text(column), justify="left" if column in ("variant", "backend", "precision") else "right")
     for d in devices:
-        table.add_column(f"SQNR dB {d} (emulated)" if d in emulated else f"p50 ms {d}", justify="right")
+        table.add_column(_text(f"SQNR dB {d} (emulated)" if d in emulated else f"p50 ms {d}"), justify="right")
     timed = [d for d in devices if d not in emulated]  # an emulator's load and memory are its own
     for d in timed:
-        table.add_column(f"load + 1st ms {d}", justify="right")
-        table.add_column(f"memory {d}", justify="right")
+        table.add_column(_text(f"load + 1st ms {d}"), justify="right")
+        table.add_column(_text(f"memory {d}"), justify="right")
     table.add_column("gates")
     for v in results.variants:
         cells = _accuracy(v, headline)
         if second:
             cells = (cells[0], _unusable(v.accuracy) or _headline_text(v.accuracy, second), cells[1])
-        table.add_row(v.name, v.backend, v.precision, _size(v.size_bytes), *cells,
-                      *[_device_sqnr(v, d) if d in emulated else _p50(v, d) for d in devices],
-                      *[cell for d in timed for cell in (_cold_start(v, d), _memory(v, d))], _gates(v))
+        texts = [v.name, v.backend, v.precision, _size(v.size_bytes), *_marked(accuracy_row(v), cells),
+                 *[_marked(_row(v, d), [_device_sqnr(v, d) if d in emulated else _p50(v, d)])[0] for d in devices],
+                 *[cell for d in timed for cell in _marked(_row(v, d), [_cold_start(v, d), _memory(v, d)])]]
+        table.add_row(*map(_text, texts), _gates(v))
     return table
+
+
+def _row(v: VariantResult, device: str) -> Latency | None:
+    """The row the device's cells are read from (the first on it: the opt size's)."""
+    return next((lat for lat in v.latency if lat.device == device), None)
+
+
+def _marked(lat: Latency | None, cells: list[str] | tuple[str, ...]) -> list[str]:
+    """``cells`` (figures from ``lat``), each one holding a figure followed by ``lat``'s reuse mark."""
+    mark = MARKS.get(reuse(lat) or "", "")
+    return [f"{c}{mark}" if mark and c not in ("-", "not measured", "not informative") else c for c in cells]
+
+
+def _caption(results: Results) -> Text | None:
+    """What the reuse marks in the table mean, one line for each kind present; None when none is."""
+    kinds = {reuse(lat) for v in results.variants for lat in v.latency if lat.size is None} - {None}  # rows shown
+    lines = [f"{MARKS[k]} {CAPTIONS[k]}" for k in MARKS if k in kinds]
+    return _text("\n".join(lines)) if lines else None
 
 
 def print_results(results: Results, console: Console | None = None) -> None:
@@ -46,6 +83,11 @@ def print_results(results: Results, console: Console | None = None) -> None:
     if not console.is_terminal:
         console.width = max(console.width, 180)  # a log file or pipe: do not wrap the table
     console.print(results_table(results))
+
+
+def _text(value: str) -> Text:
+    """A cell or heading shown as written (no markup, no control characters)."""
+    return Text(visible(value))
 
 
 def _size(n: int | None) -> str:
@@ -135,11 +177,11 @@ def _memory(v: VariantResult, device: str) -> str:
     return f"+{row.rss_over_baseline_mb:.0f} MiB"
 
 
-def _gates(v: VariantResult) -> str:
+def _gates(v: VariantResult) -> Text:
     if v.is_reference and v.gates.passed:
-        return "reference"
+        return Text("reference")
     if v.gates.passed and not v.gates.checked:
-        return "[yellow]not measured[/yellow]"
+        return Text("not measured", style="yellow")
     if v.gates.passed:
-        return "[green]pass[/green]"
-    return "[red]FAIL[/red] " + escape("; ".join(v.gates.failures)[:80])
+        return Text("pass", style="green")
+    return Text.assemble(("FAIL", "red"), " ", _text("; ".join(v.gates.failures)[:80]))

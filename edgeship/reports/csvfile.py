@@ -11,8 +11,9 @@ accuracy columns are of), ``output_mismatch``, and one column per task metric (`
 null: ``not_measured`` then says why), ``lowering_seconds`` (how long lowering took: an ahead-of-time
 compile, a quantization; for an artifact reused from the stage cache, the lowering build's),
 ``lowering_reused``, ``import_ms``, ``first_inference_ms`` and ``rss_over_baseline_mb`` (cold start and
-the runtime's memory: results.json's fields). A metric this edgeship does not list gets a column after
-those.
+the runtime's memory: results.json's fields), ``measurement_reused`` (``stage cache`` or ``build --resume``
+for a row this build did not measure, else empty). A metric this edgeship does not list gets a column
+after those.
 
 A text cell that a spreadsheet would run as a formula (starting with ``=``, ``+``, ``-``, ``@``, a
 tab, a carriage return or a line feed: a device, variant or error text from a shared build folder)
@@ -25,7 +26,7 @@ import csv
 import io
 
 from edgeship.reports.formatting import TASK_METRICS, task_metric_names
-from edgeship.reports.rows import Line, Report, why_mismatch, why_no_accuracy, why_no_latency
+from edgeship.reports.rows import Line, Report, reuse, why_mismatch, why_no_accuracy, why_no_latency
 from edgeship.results import Accuracy, Latency
 
 BUILD = ["build", "target", "model", "created"]
@@ -37,7 +38,8 @@ COLUMNS = BUILD + VARIANT + LATENCY + ["speedup_vs_eager"] + ACCURACY + ["accura
                                                                          "gate_failures", "not_measured"]
 COLUMNS += ["task", "accuracy_output", "output_mismatch", *TASK_METRICS, "lowering_seconds", "lowering_reused"]
 COLD = ["import_ms", "first_inference_ms", "rss_over_baseline_mb"]  # cold start and the runtime's memory
-COLUMNS += COLD
+COLUMNS += COLD + ["measurement_reused"]
+REUSED = {"cache": "stage cache", "resume": "build --resume"}  # rows.reuse's kinds
 
 
 def render_csv(report: Report) -> str:
@@ -90,6 +92,7 @@ def csv_row(report: Report, line: Line, device: str | None) -> dict[str, object]
     row.update(task=line.task, accuracy_output=acc.output if acc else None,
                output_mismatch="; ".join(lat.output_mismatch) if lat else None)
     row.update(_task_values(acc))
+    row["measurement_reused"] = REUSED.get(reuse(lat) or "", "")
     return row
 
 

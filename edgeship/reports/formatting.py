@@ -8,8 +8,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from edgeship.reports.rows import Line, Report, Shown, why_no_accuracy, why_no_field, why_no_latency
-from edgeship.results import REUSED_FROM_CACHE, Accuracy, Latency, Results
+from edgeship.backends.fallback import FALLBACKS
+from edgeship.reports.rows import (
+    Line,
+    Report,
+    Shown,
+    accuracy_row,
+    reuse,
+    why_no_accuracy,
+    why_no_field,
+    why_no_latency,
+)
+from edgeship.results import Accuracy, Latency, Results
 
 NOT_MEASURED = "not measured"
 EMULATED = "emulated"  # a latency cell of an emulated device: the time is the emulator's
@@ -17,6 +27,9 @@ NOT_INFORMATIVE = "not informative"
 NON_FINITE = "NaN/inf"
 REUSED_WHY = ("measured by an earlier build on this machine (its measured_at in results.json) and reused from the "
               "stage cache: the same file, inputs, float outputs and latency settings")
+RESUMED_WHY = ("measured by the build that wrote this folder before (its measured_at in results.json) and kept by "
+               "build --resume: the same artifact, inputs, float outputs and latency settings")
+REUSE_WHY = {"cache": REUSED_WHY, "resume": RESUMED_WHY}  # rows.reuse's kinds
 
 
 def ms(value: float) -> str:
@@ -58,9 +71,25 @@ def latency(line: Line, device: str, key: str = "p50_ms") -> Shown:
     return Shown(ms(value), reused_why(lat))
 
 
-def reused_why(lat: Latency) -> str | None:
-    """The footnote of a number another build measured (reused from the stage cache), else None."""
-    return REUSED_WHY if any(n.startswith(REUSED_FROM_CACHE) for n in lat.notes) else None
+def reused_why(lat: Latency | None) -> str | None:
+    """The footnote of a number another build measured (reused from the stage cache, or kept from the
+    folder's previous results.json by build --resume), else None."""
+    kind = reuse(lat)
+    return REUSE_WHY[kind] if kind else None
+
+
+def with_reuse(shown: Shown, line: Line, device: str | None = None) -> Shown:
+    """``shown`` (a figure computed from outputs) with the reuse footnote when an earlier build
+    measured those outputs; its own note, if any, kept before it."""
+    why = reused_why(accuracy_row(line.variant, device))
+    if why is None:
+        return shown
+    return Shown(shown.text, f"{shown.why}; {why}" if shown.why else why)
+
+
+def measured(shown: Shown) -> bool:
+    """Whether a cell shows a figure (perhaps with a note), not why there is none."""
+    return shown.text not in (NOT_MEASURED, NOT_INFORMATIVE, NON_FINITE, EMULATED)
 
 
 def mib(value: float) -> str:
@@ -140,17 +169,20 @@ def accuracy(line: Line, key: str, device: str | None = None) -> Shown:
     if unusable is not None:
         return unusable
     value = getattr(acc, key)
-    if value is None:
-        if key == "sqnr_db" and acc.max_abs_err == 0.0:
-            return Shown("exact")
+    if value is None and not (key == "sqnr_db" and acc.max_abs_err == 0.0):
         return Shown(NOT_MEASURED, _primary_note(acc, key) or why_no_field(line, key))
+    return with_reuse(Shown(_accuracy_text(key, value)), line, device)
+
+
+def _accuracy_text(key: str, value: float | None) -> str:
+    """An accuracy field's value as reports print it; None: an SQNR of outputs equal to the float model's."""
+    if value is None:
+        return "exact"
     if key in ("top1", "agreement"):
-        return Shown(f"{100 * value:.2f}%")
+        return f"{100 * value:.2f}%"
     if key == "top1_drop":
-        return Shown(f"{value:.2f}")
-    if key == "cosine":
-        return Shown(f"{value:.4f}")
-    return Shown(f"{value:.1f}")
+        return f"{value:.2f}"
+    return f"{value:.4f}" if key == "cosine" else f"{value:.1f}"
 
 
 def _unusable(line: Line, acc: Accuracy | None) -> Shown | None:
@@ -251,7 +283,8 @@ def task_metric(line: Line, name: str, device: str | None = None) -> Shown:
     value = task.values.get(name)
     note = task.notes.get(name)
     if value is not None:
-        return Shown(metric_text(name, value), f"{task.task} {name}: {note}" if note else None)
+        return with_reuse(Shown(metric_text(name, value), f"{task.task} {name}: {note}" if note else None), line,
+                          device)
     if name in task.values:
         return Shown(NOT_MEASURED, f"{task.task} {name} is null: {note or 'no reason recorded'}")
     if "error" in task.notes:
@@ -396,6 +429,16 @@ def why_no_accuracy_on(line: Line, device: str) -> str:
         f"{device} returned no outputs for {line.variant.name}" + (f": {lat.run_error}" if lat.run_error else ""))
 
 
+def fallbacks(report: Report) -> list[tuple[str, str]]:
+    """(variant, note) for every vendor step that crashed and was run its documented other way
+    (``lowering.details.fallbacks``: see backends/fallback.py)."""
+    found = []
+    for line in report.lines:
+        records = line.variant.lowering.details.get(FALLBACKS) or []
+        found += [(line.name, str(r["note"])) for r in records if isinstance(r, dict) and r.get("note")]
+    return found
+
+
 def cpu_choices(report: Report) -> list[tuple[str, str]]:
     """(variant, why) for every setting a quantizer chose from the target CPUs (the ``*_reason``
     entries of ``lowering.details.quantization``, each backend's own: see its ``cpu.py``)."""
@@ -442,11 +485,9 @@ def output_cell(line: Line, name: str) -> Shown:
         return Shown(NON_FINITE, f"{line.variant.name}: output {name} contains {out.non_finite} non-finite values "
                                  "(NaN or inf)")
     if out.equal is not None:
-        return Shown(f"{100 * out.equal:.2f}% equal")
-    if out.sqnr_db is not None:
-        return Shown(f"{out.sqnr_db:.1f}")
-    if out.max_abs_err == 0.0:
-        return Shown("exact")
+        return with_reuse(Shown(f"{100 * out.equal:.2f}% equal"), line)
+    if out.sqnr_db is not None or out.max_abs_err == 0.0:
+        return with_reuse(Shown(_accuracy_text("sqnr_db", out.sqnr_db)), line)
     return Shown(NOT_MEASURED, f"output {name}: {out.note}" if out.note
                  else f"results.json has sqnr_db = null for output {name} of {line.variant.name}")
 

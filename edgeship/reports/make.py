@@ -2,7 +2,7 @@
 results store, compared across devices and builds."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeship.config import usable_folder
@@ -19,10 +19,12 @@ DEFAULT_OUT = Path("artifacts") / "report"
 
 @dataclass
 class WrittenReport:
-    """The files written and what was compared (regressions included)."""
+    """The files written, what was compared (regressions included), and notes for the reader (a
+    results store at an older revision, read as it is)."""
 
     paths: list[Path]
     comparison: Comparison
+    notes: list[str] = field(default_factory=list)
 
     @property
     def regressions(self) -> list[str]:
@@ -46,9 +48,10 @@ def make_report(paths: list[Path], out: Path | None = None, db: str | None = Non
     if threshold_pct < 0 or top1_tolerance < 0:
         raise ReportError(f"--threshold {threshold_pct} / --top1-tolerance {top1_tolerance}: must be 0 or more")
     builds = load_builds([Path(p) for p in paths])
+    notes: list[str] = []
+    rows, sources = store_rows(builds, db, model, target, notes)  # a store it cannot read: no folder made
+    comparison = compare(rows, sources, threshold_pct, top1_tolerance)
     if out is None:
         out = Path(paths[0]).parent if len(paths) == 1 and db is None else DEFAULT_OUT
     usable_folder(Path(out), "report folder (--out)")
-    rows, sources = store_rows(builds, db, model, target)
-    comparison = compare(rows, sources, threshold_pct, top1_tolerance)
-    return WrittenReport(write_reports(Report.of(builds), Path(out), comparison), comparison)
+    return WrittenReport(write_reports(Report.of(builds), Path(out), comparison), comparison, notes)

@@ -3,6 +3,10 @@
 Both show the same tables; the HTML page adds the charts (inline SVG) and loads nothing from the
 network: no scripts, no fonts, no images outside the page, and a Content-Security-Policy that
 forbids fetching any. A "not measured" cell links to its reason, listed once at the end.
+
+Every value is shown as text, whatever it holds: the HTML template is autoescaped (its only
+``|safe`` is the charts' SVG, whose text matplotlib escapes), and the Markdown template's
+environment escapes every printed value (``finalize``: :func:`markdown.md_text`).
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import edgeship.reports.formatting as formatting  # the templates call its funct
 from edgeship import __version__
 from edgeship.reports.charts import charts
 from edgeship.reports.compare import Comparison
+from edgeship.reports.markdown import Markdown, md_code, md_text
 from edgeship.reports.rows import Report, Shown
 
 if TYPE_CHECKING:
@@ -38,11 +43,13 @@ def render_markdown(report: Report, comparison: Comparison | None = None) -> str
     """GitHub-flavoured Markdown: variants, latency per device side by side, comparisons, reasons."""
     notes = Footnotes()
 
-    def cell(shown: Shown) -> str:
-        text = md_text(shown.text)
-        return f"{text} [{notes.number(shown.why)}]" if shown.why else text
+    def cell(shown: Shown) -> Markdown:  # a table cell: no block starts there
+        text = md_text(shown.text, block_start=False)
+        return Markdown(f"{text} [{notes.number(shown.why)}]") if shown.why else text
 
-    return _environment(cell, md_text).get_template("report.md.j2").render(**_context(report, comparison, notes))
+    env = _environment(cell, md_text, finalize=md_text)
+    env.filters["code"] = md_code
+    return env.get_template("report.md.j2").render(**_context(report, comparison, notes))
 
 
 def render_html(report: Report, comparison: Comparison | None = None) -> str:
@@ -61,16 +68,12 @@ def render_html(report: Report, comparison: Comparison | None = None) -> str:
     return _environment(cell, escape).get_template("report.html.j2").render(**context)
 
 
-def md_text(text: object) -> str:
-    """Text safe inside a Markdown table cell."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _environment(cell: Callable[[Shown], str], text: Callable[[object], str]) -> jinja2.Environment:
+def _environment(cell: Callable[[Shown], str], text: Callable[[object], str],
+                 finalize: Callable[[object], object] | None = None) -> jinja2.Environment:
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("edgeship.reports", "templates"),
-                             autoescape=jinja2.select_autoescape(["html.j2"]), trim_blocks=True,
+                             autoescape=jinja2.select_autoescape(["html.j2"]), trim_blocks=True, finalize=finalize,
                              lstrip_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     env.filters["cell"] = cell
     env.filters["text"] = text

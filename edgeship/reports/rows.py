@@ -14,9 +14,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from edgeship.errors import ReportError
-from edgeship.results import SCHEMA, Accuracy, Latency, Results, VariantResult
+from edgeship.results import REUSED_FROM_CACHE, SCHEMA, Accuracy, Latency, Results, VariantResult, id_problems
 
 SUPPORTED_SCHEMAS = (SCHEMA,)
+# How the note of a latency row build --resume kept from the folder's previous results.json begins
+# (pipeline/schedule.py's ``reusable``).
+REUSED_BY_RESUME = "reused by build --resume"
 
 
 @dataclass(frozen=True)
@@ -123,11 +126,15 @@ def _read(path: Path) -> Results:
         raise ReportError(f"{path}: results.json schema {json.dumps(schema)} is not one this edgeship reads "
                           f"(supported: {', '.join(map(str, SUPPORTED_SCHEMAS))})")
     try:
-        return Results.model_validate(doc)
+        results = Results.model_validate(doc)
     except ValidationError as e:
         first = e.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise ReportError(f"{path}: not a results.json (schema 1): {where}: {first['msg']}") from None
+    problems = id_problems(results)
+    if problems:
+        raise ReportError(f"{path}: not a results.json (schema 1): " + "; ".join(problems))
+    return results
 
 
 def build_labels(results: list[Results]) -> list[str]:
@@ -140,6 +147,27 @@ def build_labels(results: list[Results]) -> list[str]:
     if len(set(labels)) < len(labels):
         labels = [f"{label} #{i + 1}" for i, label in enumerate(labels)]
     return labels
+
+
+def reuse(lat: Latency | None) -> str | None:
+    """How a latency row came to be in these results without being measured by their build: "cache"
+    (another build on this machine measured it; the stage cache kept it), "resume" (the build that
+    wrote the folder before measured it; build --resume kept it), None (measured by this build)."""
+    notes = lat.notes if lat is not None else []
+    if any(n.startswith(REUSED_FROM_CACHE) for n in notes):
+        return "cache"
+    return "resume" if any(n.startswith(REUSED_BY_RESUME) for n in notes) else None
+
+
+def accuracy_row(variant: VariantResult, device: str | None = None) -> Latency | None:
+    """The latency row whose outputs gave the accuracy shown for ``device`` (its own), or for the
+    variant: the first row at the opt size with accuracy, as the pipeline takes it
+    (``schedule.record_measurements``); None when no row's accuracy is the one shown."""
+    own = next((lat for lat in variant.latency if lat.device == device), None) if device else None
+    if own is not None and own.accuracy is not None:
+        return own
+    first = next((lat for lat in variant.latency if lat.accuracy is not None and lat.size is None), None)
+    return first if first is not None and first.accuracy == variant.accuracy else None
 
 
 def why_no_latency(line: Line, device: str) -> str:

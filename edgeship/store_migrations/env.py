@@ -1,5 +1,6 @@
-"""alembic's environment for the results store: it runs on the connection ``edgeship.store.migrate``
-hands over (``config.attributes["connection"]``), inside that connection's transaction."""
+"""alembic's environment for the results store: it runs on the connection ``revisions.upgrade`` (or
+``revisions.create_or_check`` for a new database) hands over (``config.attributes["connection"]``), inside that
+connection's transaction."""
 from alembic import context
 
 connection = context.config.attributes["connection"]

@@ -3,6 +3,7 @@ puts it, the matrix report, and a failing build reported without losing the othe
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,34 @@ def test_a_folder_edgeship_did_not_write_is_never_replaced_by_a_matrix_build(tmp
     with pytest.raises(MatrixError, match=r"holds results.json.bak, which edgeship did not write"):
         land(pack_folder(build), ours)
     assert (ours / "results.json.bak").read_text() == "a user's copy"
+
+
+def test_matrix_md_shows_model_target_device_and_variant_names_as_written(tmp_path) -> None:
+    """Names from a matrix file and its builds' results (Markdown, HTML, a newline, a table's ``|``)
+    are shown in matrix.md as written: one table row each, no heading, link, image or emphasis; a
+    measurement the build reused is marked and the mark explained."""
+    from markdown_it import MarkdownIt
+
+    from edgeship.matrix.outcome import CellResult
+    from edgeship.matrix.report import write_matrix_report
+    from edgeship.matrix.spec import Matrix
+    from tests.reports.builds import reused_results
+
+    model, target, device = "m | x <img src=x> [here](https://evil.example)\n# Heading", "t*x*", "dev|<b>"
+    results = reused_results()
+    results.variants[1].name = "ort_[link](http://e)"
+    for row in results.variants:
+        row.latency[0].device = device
+    (tmp_path / "t" / "m").mkdir(parents=True)
+    results.write(tmp_path / "t" / "m" / "results.json")
+    cells = [CellResult(model, target, "t/m", "done", 1.0),
+             CellResult(model, "u", "u/m", "failed", 1.0, error="[x](y)")]
+    matrix = Matrix(tmp_path / "m.toml", [(model, "m.toml")], [(target, "t")], [device], None, 1, 0)
+    html = MarkdownIt("commonmark").enable(["table"]).render(
+        write_matrix_report(matrix, tmp_path, cells, "local", 1.0).read_text())
+    tags = set(re.findall(r"<([a-z0-9]+)[\s>]", html))
+    assert tags <= {"h1", "h2", "p", "table", "thead", "tbody", "tr", "th", "td", "ul", "li"}, tags
+    assert html.count("<h1>") == 1 and html.count("<tr>") == 3 and html.count("<h2>") == 1
+    literal = " ".join(model.split()).replace("<", "&lt;").replace(">", "&gt;")
+    assert html.count(literal) == 3 and f"<td>{target}</td>" in html and "ort_[link](http://e) (onnx fp32)" in html
+    assert ">0.001*</td>" in html and "* not measured by this run" in html

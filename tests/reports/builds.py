@@ -83,3 +83,53 @@ def results_with(p50: float = 1.0, created: str = "2026-01-01T00:00:00Z", accura
                         accuracy=accuracy, latency=[lat(p50, accuracy)])
     return Results(target="t", created=created, toolchain={}, variants=[eager, ort],
                    model=ModelInfo(name="m", entry="m:build", inputs=[], params=1))
+
+
+# Markdown, HTML, math and rich markup in one value: what a hostile or careless results.json holds.
+HOSTILE = ("x\n\n# All gates passed - download the signed build [here](https://evil.example/x.apk)\n\n"
+           "<img src=x onerror=alert(1)> **bold** _em_ `code` ~~gone~~ $\\frac{a}{$ a | b [bold]r[/]\n"
+           "1. item\n- item\n> quote\n---\n[ref]: https://evil.example/ \\")
+
+
+def hostile_results(text: str = HOSTILE):
+    """Results whose every string field holds ``text`` (ids included: a report renders what it is
+    given), on two devices that measured the same artifact, one variant failed."""
+    from edgeship.results import Accuracy, GateResult, Latency, Lowering, ModelInfo, Results, VariantResult
+
+    acc = Accuracy(samples=8, top1=0.5, agreement=1.0, sqnr_db=40.0)
+
+    def lat(device: str, p50: float) -> Latency:
+        return Latency(device=device, runtime=text, warmup=1, iterations=4, p50_ms=p50, p90_ms=None, accuracy=acc,
+                       measured_at="2026-01-01T00:00:00Z", notes=[text])
+
+    eager = VariantResult(name="eager", backend="eager", precision="fp32", accuracy=acc,
+                          latency=[lat(text, 2.0), lat("dev2", 2.0)])
+    odd = VariantResult(name=text, backend=text, precision=text, sha256="ab`|" + "a" * 60, size_bytes=1000,
+                        accuracy=acc, latency=[lat(text, 1.0), lat("dev2", 1.5)], notes=[text],
+                        lowering=Lowering(seconds=1.0, notes=[text]), gates=GateResult(passed=False, failures=[text]))
+    failed = VariantResult(name="failed", backend="onnx", precision="fp32", error=text)
+    return Results(target=text, created=text, toolchain={text: text}, variants=[eager, odd, failed], notes=[text],
+                   model=ModelInfo(name=text, entry="m:build", inputs=[], params=1))
+
+
+def reused_results():
+    """:func:`results_with` as a resumed build that used the stage cache leaves them: the onnx row
+    from the stage cache (its note as pipeline/stagecache.py writes it), the eager row kept from the
+    previous results.json by the scheduler's own ``reusable`` (build --resume); 250 dB, 0.001 ms."""
+    from edgeship.devices.base import Job
+    from edgeship.pipeline.schedule import ReuseKey, model_identity, reusable
+    from edgeship.results import REUSED_FROM_CACHE, Accuracy
+
+    acc = Accuracy(samples=8, top1=0.5, agreement=1.0, sqnr_db=250.0)
+    results = results_with(p50=0.001, accuracy=acc, eager_accuracy=acc)
+    for lat in (row.latency[0] for row in results.variants):
+        lat.inputs_sha256, lat.reference_sha256 = "in", "ref"
+    eager, ort = results.variants
+    ort.latency[0].notes.append(f"{REUSED_FROM_CACHE} at 2026-01-02T00:00:00Z: measured 2020-01-01T00:00:00Z by "
+                                "an earlier build on this machine")
+    job = Job(runtime="eager", artifact=None, sha256=None, inputs=Path("x.npz"), input_names=["x"], batch=1,
+              warmup=1, iterations=4, threads=None, timeout_s=10)
+    kept, why = reusable(results, eager, "host", job, ReuseKey(model_identity(results.model), "in", "ref"))
+    assert why == "reused", why
+    eager.latency = [kept]
+    return results

@@ -1,6 +1,7 @@
 """Charts: inline SVG drawn from measured values only; the Pareto front; why a chart is missing."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from edgeship.reports import Report, load_builds
@@ -35,3 +36,22 @@ def test_charts_say_why_when_nothing_was_measured(two_device_build: Path) -> Non
     latency, accuracy, _ = charts(Report.of([Build("twodev", results, "test")]))
     assert latency.svg is None and latency.why == "no latency was measured in these results"
     assert accuracy.svg is None and "no variant has both a p50 and top-1 accuracy measured" in accuracy.why
+
+
+def test_charts_draw_names_with_math_markup_as_written() -> None:
+    """A variant named with unbalanced mathtext and devices named ``$x$`` and ``_lab``: every chart is
+    drawn, each name as written (tick labels, annotations, legend), none dropped from the legend."""
+    import html
+
+    from tests.reports.builds import hostile_results
+
+    name, device = r"onnx $\frac{a}{$ x", "$x$"
+    results = hostile_results(name)
+    for v in results.variants:
+        for lat, dev in zip(v.latency, (device, "_lab")):
+            lat.device = dev
+    latency, accuracy, size = charts(Report.of([Build("b", results, "results.json")]))
+    texts = [html.unescape(t) for chart in (latency, accuracy, size)
+             for t in re.findall(r"<text[^>]*>([^<]*)<", chart.svg)]
+    assert texts.count(name) == 4  # the latency and size charts' tick labels, an annotation per device
+    assert {device, "\u200b_lab", f"Pareto front on {device}", "Pareto front on _lab"} <= set(texts)

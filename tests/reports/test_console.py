@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import re
 
+from rich.console import Console
+
+from edgeship.reports.console import results_table
 from edgeship.results import Latency, ModelInfo, Results, VariantResult
 from tests.reports.test_task_report import console_text
 
@@ -25,3 +28,32 @@ def test_console_shows_load_first_inference_and_memory_per_timed_device() -> Non
     assert "load + 1st ms arm" not in text and "memory arm" not in text  # an emulator's load and memory are its own
     assert re.search(r"eager .* 12\.3 \+ 4\.6 .* \+38 MiB ", text)
     assert re.search(r"ort .* 7\.0 \+ - .* not measured ", text)  # no first inference, no memory: never a blank
+
+
+def test_console_shows_names_with_rich_markup_as_written() -> None:
+    """Rich markup in a variant, device, model or failure (``[bold]``, a ``[/]`` closing nothing) is
+    shown as written: never styled, never a MarkupError at the end of a build."""
+    r = _build()
+    r.model.name, r.variants[1].name = "m [red]x[/red]", "ort [/] [bold]b[/bold]"
+    r.variants[1].latency[0].device = "[blink]dev[/]"
+    r.variants[1].gates.passed, r.variants[1].gates.failures = False, ["[green]pass[/green]"]
+    console = Console(record=True, width=400, color_system=None)
+    console.print(results_table(r))
+    text = console.export_text()
+    for written in ("m [red]x[/red] on t", "ort [/] [bold]b[/bold]", "p50 ms [blink]dev[/]",
+                    "FAIL [green]pass[/green]"):
+        assert written in text
+
+
+def test_console_marks_each_reused_figure_and_says_what_the_mark_means() -> None:
+    """A row the stage cache supplied (``*``) and one build --resume kept (``^``): their p50, top-1 and
+    SQNR carry the mark and a caption under the table explains each; a fresh build has neither."""
+    from tests.reports.builds import results_with, reused_results
+
+    text = console_text(reused_results())
+    assert re.search(r"ort .* 50\.00%\* .* 250\.0\* .* 0\.001\* ", text), text
+    assert re.search(r"eager .* 50\.00%\^ .* 250\.0\^ .* 2\.000\^ ", text), text
+    assert "* not measured by this build: reused from the stage cache" in text
+    assert "^ not measured by this build: kept by build --resume" in text
+    fresh = console_text(results_with())
+    assert "not measured by this build" not in fresh and not re.search(r"\d[*^] ", fresh)

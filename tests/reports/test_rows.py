@@ -65,3 +65,23 @@ def test_load_builds_refuses_a_file_that_is_not_a_results_document(tmp_path: Pat
     path.write_text(text)
     with pytest.raises(ReportError, match=message):
         load_builds([path])
+
+
+@pytest.mark.parametrize("key, value, allowed", [
+    ("variants.1.backend", "onnx\n\n# All gates passed [here](https://e/x.apk)", "a backend id (letters, digits"),
+    ("variants.1.precision", "fp32 <b>", "one of fp32, fp16, bf16, int8, w8"),
+    ("created", "2026\n# heading", "an ISO 8601 time"),
+])
+def test_report_refuses_an_id_or_time_field_that_holds_other_text(capsys, tmp_path: Path, key: str, value: str,
+                                                                    allowed: str) -> None:
+    doc = json.loads(results_with().dump())
+    if key == "created":
+        doc["created"] = value
+    else:
+        doc["variants"][1][key.rsplit(".", 1)[1]] = value
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    assert main(["report", str(path), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: not a results.json (schema 1): {key} {json.dumps(value)}: {allowed}" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "report").exists()

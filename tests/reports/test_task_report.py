@@ -11,6 +11,7 @@ from rich.console import Console
 from edgeship.reports import Build, Report
 from edgeship.reports.console import results_table
 from edgeship.reports.csvfile import COLUMNS, render_csv
+from edgeship.reports.markdown import md_text
 from edgeship.reports.render import render_html, render_markdown
 from edgeship.results import Accuracy, Latency, ModelInfo, OutputAccuracy, Results, TaskAccuracy, VariantResult
 
@@ -42,9 +43,9 @@ def row(text: str, first_cell: str) -> str:
 
 
 def footnote(text: str, reason: str) -> int:
-    """The number the Markdown report gives ``reason`` under Not measured."""
-    notes = text.split("## Not measured")[1].split("\n## ")[0]
-    return next(int(m[1]) for m in re.finditer(r"^(\d+)\. (.*)$", notes, re.M) if m[2] == reason)
+    """The number the Markdown report gives ``reason`` under Notes (as Markdown writes it)."""
+    notes = text.split("## Notes")[1].split("\n## ")[0]
+    return next(int(m[1]) for m in re.finditer(r"^(\d+)\. (.*)$", notes, re.M) if m[2] == md_text(reason))
 
 
 def header(text: str, contains: str) -> list[str]:
@@ -119,7 +120,7 @@ def test_outputs_table_shows_sqnr_equal_share_and_the_note_of_varying_length_out
     n, k = footnote(md, f"output boxes: {RAGGED}"), footnote(md, f"output scores: {RAGGED}")
     outputs = md.split("## Outputs")[1]
     assert row(outputs, "ort-int8") == f"| ort-int8 | not measured [{n}] | not measured [{k}] | 98.75% equal |"
-    assert "boxes float32 [?, 4] (length varies by sample)" in md and "labels int64 [8, 10]" in md
+    assert md_text("boxes float32 [?, 4] (length varies by sample)") in md and md_text("labels int64 [8, 10]") in md
     # the SQNR of the primary output (boxes) cannot be element-wise: the same reason, not a number
     assert row(md, "ort-int8").endswith(f"| not measured [{n}] | pass | not recorded |")
 
@@ -257,7 +258,7 @@ def test_multi_output_classification_adds_an_outputs_table() -> None:
     outputs = md.split("## Outputs")[1]
     assert row(outputs, "eager") == "| eager | exact | 80.0 |"
     assert row(outputs, "ort-int8") == "| ort-int8 | 27.2 | 18.5 |"
-    assert "logits float32 [8, 4]; aux float32 [8, 16]" in outputs
+    assert md_text("logits float32 [8, 4]; aux float32 [8, 16]") in outputs
 
 
 def test_builds_of_different_tasks_get_one_variants_table_each() -> None:
@@ -298,4 +299,4 @@ def test_a_device_whose_outputs_differ_from_the_float_model_shows_no_accuracy_of
     phone = next(x for x in rows if x["device"] == "phone")
     assert phone["output_mismatch"] == mismatch and phone["top1"] == "" and phone["sqnr_db"] == ""
     assert phone["not_measured"] == f"outputs on phone differ from the float model's: {mismatch}"
-    assert f"FAIL: output signature on phone: {mismatch}" in render_markdown(report)
+    assert md_text(f"FAIL: output signature on phone: {mismatch}") in render_markdown(report)

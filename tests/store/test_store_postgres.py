@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from edgeship.errors import StoreError
-from edgeship.store import ResultsStore
+from edgeship.store import ResultsStore, upgrade_store
 from tests.store.postgres import write_concurrently
 from tests.test_store import _latency, _results
 
@@ -54,8 +54,13 @@ def _revision(url: str) -> str:
 
 def _upgrades_a_schema_1_database(url: str) -> None:
     _schema_1(url)
-    store = ResultsStore(url)  # upgraded on open
-    assert _revision(url) == "0004"
+    assert [r["p50_ms"] for r in ResultsStore(url, read_only=True).rows()] == [1.25]  # read as it is: not stamped
+    engine = sa.create_engine(url)
+    assert not sa.inspect(engine).has_table("alembic_version")
+    engine.dispose()
+    upgrade = upgrade_store(url)
+    assert (upgrade.before, upgrade.after) == ("0001", "0004") and _revision(url) == "0004"
+    store = ResultsStore(url)
     old = store.rows()
     assert [(r["build_id"], r["variant"], r["p50_ms"], r["node"], r["emulated"], r["first_inference_ms"],
              r["rss_over_baseline_mb"], r["import_ms"]) for r in old] == [("old1", "ort", 1.25, None, None, None,
@@ -142,7 +147,7 @@ def test_a_database_password_is_written_into_no_report_file_and_no_message(postg
     assert main(["report", str(tmp_path / "build" / "results.json"), "--db", url, "--out", str(tmp_path / "r")]) == 0
     written = {p.name: p.read_text() for p in (tmp_path / "r").iterdir()}
     assert written and not [name for name, text in written.items() if "S3cretPW" in text]
-    assert f"{postgres.user}:***@" in written["report.md"]
+    assert f"{postgres.user}:\\*\\*\\*@" in written["report.md"]  # Markdown's escapes: shown as ***
     unreachable = url.replace(f":{postgres.port}/", ":1/")
     with pytest.raises(StoreError) as refused:
         ResultsStore(unreachable)
