@@ -10,10 +10,11 @@ Every entry is checked before a build starts: unknown keys, a bad transport, a m
 or known_hosts file are one DeviceError (exit 2) naming the file, the key and what is allowed.
 ``host`` (this machine), ``browser`` (this machine's Chromium, for onnxruntime-web) and
 ``x86-avx2-emulated`` (an AVX2 CPU without VNNI, emulated by qemu-user) are always defined; a file
-may redefine them.
+may redefine them (``DeviceSet.built_in_changes`` says how; a file nobody named may not: listing.py).
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -43,12 +44,14 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 class RemoteSettings(StrictModel):
     """Timeouts and retries shared by every remote transport."""
 
-    connect_timeout_s: float = Field(10.0, gt=0, description="Seconds to wait for the device to answer.")
-    transfer_timeout_s: float = Field(300.0, gt=0, description="Seconds one copy to or from the device may take.")
+    connect_timeout_s: float = Field(10.0, gt=0, le=3600, description="Seconds to wait for the device to answer.")
+    transfer_timeout_s: float = Field(300.0, gt=0, le=86400,
+                                      description="Seconds one copy to or from the device may take.")
     retries: int = Field(2, ge=0, le=10, description="Times a job is started again after its connection dropped.")
-    backoff_s: float = Field(2.0, ge=0, description="Seconds before the first retry; doubled before each next one.")
+    backoff_s: float = Field(2.0, ge=0, le=3600,
+                             description="Seconds before the first retry; doubled before each next one.")
     lock_timeout_s: float = Field(
-        3600.0, gt=0, description="Seconds to wait for another build to finish timing on the device.")
+        3600.0, gt=0, le=7 * 86400, description="Seconds to wait for another build to finish timing on the device.")
 
     @field_validator("workdir", check_fields=False)
     @classmethod
@@ -152,7 +155,7 @@ class BrowserConfig(StrictModel):
         None, ge=1, le=64, description="wasm threads when the profile's latency.threads is unset; unset: every "
                                        "core the browser reports (navigator.hardwareConcurrency).")
     headless: bool = Field(True, description="Run Chromium without a window.")
-    launch_timeout_s: float = Field(60.0, gt=0, description="Seconds Chromium may take to start.")
+    launch_timeout_s: float = Field(60.0, gt=0, le=3600, description="Seconds Chromium may take to start.")
 
     def device(self, name: str) -> Device:
         from edgeship.devices.browser import BrowserDevice
@@ -182,11 +185,12 @@ class QemuConfig(StrictModel):
         None, min_length=1, description="aarch64: the folder with the aarch64 Python and runtimes (qemu -L); unset: "
                                         "the one `make setup-arm` makes (~/.cache/edgeship/arm64-root-<pins>, or "
                                         "$EDGESHIP_ARM_ROOT).")
-    warmup: int = Field(1, ge=0, description="Untimed runs before the timed ones (at most the profile's).")
-    iterations: int = Field(3, ge=1, description="Timed runs (at most the profile's): emulated time shows only "
-                                                 "what the run took, so a few are enough.")
+    warmup: int = Field(1, ge=0, le=1_000_000,
+                        description="Untimed runs before the timed ones (at most the profile's).")
+    iterations: int = Field(3, ge=1, le=100_000_000, description="Timed runs (at most the profile's): emulated time "
+                                                                "shows only what the run took, so a few are enough.")
     timeout_factor: float = Field(
-        20.0, ge=1, description="The profile's latency.timeout_s is multiplied by this: emulation runs "
+        20.0, ge=1, le=1000, description="The profile's latency.timeout_s is multiplied by this: emulation runs "
                                 "10-50x slower than the CPU.")
 
     def device(self, name: str) -> Device:
@@ -220,6 +224,19 @@ class DeviceSet:
     def names(self) -> list[str]:
         return list(self.configs)
 
+    def built_in_changes(self) -> dict[str, dict[str, object]]:
+        """The built-in devices this set's file redefines, each with the keys it changes and their
+        values in the file (a table equal to the built-in one, as ``[devices.host] transport =
+        "local"``, changes nothing)."""
+        changes = {name: _changes(BUILT_IN[name], self.configs[name]) for name in BUILT_IN}
+        return {name: changed for name, changed in changes.items() if changed}
+
+    def built_in_problems(self) -> list[str]:
+        """One line per key by which this set's file redefines a built-in device."""
+        return [f"devices.{name}.{key} = {json.dumps(value, default=str)}: '{name}' is a built-in device "
+                f"({', '.join(BUILT_IN)})" for name, changed in self.built_in_changes().items()
+                for key, value in changed.items()]
+
     def device(self, name: str) -> Device:
         if name not in self.configs:
             raise DeviceError(f"--device {name}: no device {name!r} in {self.source}; "
@@ -229,6 +246,14 @@ class DeviceSet:
     def select(self, names: list[str]) -> list[Device]:
         """The named devices, in order, each once (DeviceError for an unknown name)."""
         return [self.device(n) for n in dict.fromkeys(names)]
+
+
+def _changes(built_in: DeviceConfig, config: DeviceConfig) -> dict[str, object]:
+    """The keys of ``config`` whose values differ from ``built_in``'s: a key the built-in has, or
+    one the file sets (another transport's defaults are not changes of their own)."""
+    mine, theirs = config.model_dump(mode="json"), built_in.model_dump(mode="json")
+    return {key: value for key, value in mine.items()
+            if (key in theirs or key in config.model_fields_set) and theirs.get(key) != value}
 
 
 def load_devices(path: Path | str) -> DeviceSet:

@@ -30,7 +30,8 @@ class EagerRunner(TorchRunner):
         from edgeship.spec import ModelSpec
 
         self.set_threads()
-        spec = ModelSpec.model_validate(self.options["spec"])
+        # Relative paths start at the spec's folder, as in the build: the runner's working folder is its job's.
+        spec = ModelSpec.model_validate(self.options["spec"], context={"base_dir": self.options["base_dir"]})
         spec.base_dir = self.options["base_dir"]
         self.use(load_model(spec, trust_weights=self.options.get("trust_weights", False)).module)
 

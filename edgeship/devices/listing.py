@@ -3,17 +3,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgeship.config import raise_problems
 from edgeship.devices.base import DeviceReport
 from edgeship.devices.config import DeviceSet, load_devices
+from edgeship.errors import DeviceError
+from edgeship.progress import console
 
 DEFAULT_FILE = Path("devices.toml")
 
 
 def device_set(path: str | Path | None) -> DeviceSet:
-    """The devices of ``path``; without one, ./devices.toml when it exists, else only 'host'."""
-    if path is None and DEFAULT_FILE.exists():
-        path = DEFAULT_FILE
-    return load_devices(path) if path is not None else DeviceSet("(no devices file)", {})
+    """The devices of ``path``; without one, ./devices.toml when it exists, else only the built-in ones.
+
+    ./devices.toml is a file in whatever folder the command runs in (a repository just cloned), so
+    using it is said on stderr, and it may not change a built-in device (DeviceError, exit 2): 'host'
+    redefined there would run its own ``python``. A file named with --devices may (the user chose
+    it); a note on stderr says what it changes."""
+    if path is not None:
+        devices = load_devices(path)
+        for line in devices.built_in_problems():
+            console.print(f"note: {path} redefines {line}", markup=False, soft_wrap=True)
+        return devices
+    if not DEFAULT_FILE.exists():
+        return DeviceSet("(no devices file)", {})
+    console.print(f"using ./{DEFAULT_FILE} (found in the working folder)", markup=False, soft_wrap=True)
+    devices = load_devices(DEFAULT_FILE)
+    problems = devices.built_in_problems()
+    if problems:
+        problems[-1] += (f"; ./{DEFAULT_FILE} was found in the working folder, not named, so it may not change a "
+                         f"built-in device: name it with --devices {DEFAULT_FILE} to use it, or give the device "
+                         "another name")
+        raise_problems(f"./{DEFAULT_FILE}", problems, DeviceError)
+    return devices
 
 
 def list_text(devices: DeviceSet) -> str:

@@ -34,7 +34,7 @@ from edgeship.backends.registry import SPECS
 from edgeship.devices import armroot
 from edgeship.devices.base import DeviceReport, Job, JobResult, MeasurementError, device_folder, probe_report
 from edgeship.devices.cpu import SOURCE_ENV
-from edgeship.devices.local import LocalDevice
+from edgeship.devices.local import LocalDevice, runnable
 from edgeship.devices.targets import unknown_cpu
 
 HERE = Path(__file__).resolve().parent
@@ -67,11 +67,11 @@ class QemuDevice(LocalDevice):
     @property
     def root(self) -> Path:
         """aarch64: the folder qemu takes the aarch64 Python and libraries from."""
-        return Path(self.config.root) if self.config.root else armroot.default_root()
+        return Path(self.config.root).absolute() if self.config.root else armroot.default_root()
 
     @property
     def qemu(self) -> str:
-        return self.config.qemu or f"qemu-{self.config.arch}"
+        return runnable(self.config.qemu) if self.config.qemu else f"qemu-{self.config.arch}"
 
     @property
     def address(self) -> str:
@@ -169,8 +169,11 @@ class QemuDevice(LocalDevice):
             return unknown_cpu(f"cpu.py under {self.qemu} printed no facts: {without_warnings(proc.stderr)[-200:]}")
 
     def emulate(self, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*self.emulator(), self.python, *args], capture_output=True, text=True,
-                              timeout=timeout, env=self.environment())
+        """A script of this machine's run by the emulated Python, in an empty folder of its own (as
+        every runner: never the working folder)."""
+        with tempfile.TemporaryDirectory(prefix="edgeship-qemu-") as folder:
+            return subprocess.run([*self.emulator(), self.python, *args], capture_output=True, text=True,
+                                  timeout=timeout, env=self.environment(), cwd=folder)
 
     def qemu_missing(self) -> str | None:
         """Why the emulator cannot run here (not installed, the aarch64 root not set up), or None."""

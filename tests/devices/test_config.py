@@ -113,3 +113,20 @@ def test_devices_unreadable_file_is_a_device_error_naming_it(tmp_path, content: 
     (tmp_path / "devices.toml").write_bytes(content)
     with pytest.raises(DeviceError, match=rf"devices.toml: {match}"):
         load_devices(tmp_path / "devices.toml")
+
+
+def test_devices_file_built_in_changes_are_only_what_differs_from_the_built_in_device(tmp_path) -> None:
+    same = load_devices(devices_file(tmp_path, '[devices.host]\ntransport = "local"\n'))
+    assert same.built_in_changes() == {} and same.built_in_problems() == []
+    changed = load_devices(devices_file(tmp_path, """\
+        [devices.host]
+        transport = "local"
+        python = "./tools/py"
+        [devices.browser]
+        transport = "local"
+        [devices.x86-avx2-emulated]
+        transport = "qemu"
+        cpu = "Haswell"
+        """))
+    assert changed.built_in_changes() == {"host": {"python": "./tools/py"}, "browser": {"transport": "local"}}
+    assert changed.built_in_problems()[0].startswith("devices.host.python = \"./tools/py\": 'host' is a built-in")

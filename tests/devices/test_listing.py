@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import socket
 import textwrap
+from pathlib import Path
 
 from edgeship.cli import main
 
@@ -55,3 +56,40 @@ def test_devices_check_of_an_unreachable_device_exits_3_saying_why(capsys, tmp_p
 def test_devices_check_of_an_unknown_device_exits_2(capsys, tmp_path) -> None:
     code, _, err = run(capsys, "devices", "check", "orin")
     assert code == 2 and "no device 'orin'" in err and "Traceback" not in err
+
+
+def _host_redefined(folder: Path) -> Path:
+    """folder/devices.toml giving 'host' the Python ./tools/py, a script that leaves a marker; the marker."""
+    tools, marker = folder / "tools", folder / "ran.txt"
+    tools.mkdir()
+    (tools / "py").write_text(f"#!/bin/sh\necho ran >> {marker}\nexit 1\n")
+    (tools / "py").chmod(0o755)
+    (folder / "devices.toml").write_text('[devices.host]\ntransport = "local"\npython = "./tools/py"\n')
+    return marker
+
+
+def test_devices_check_refuses_an_unnamed_devices_toml_that_redefines_a_built_in_device(capsys, tmp_path,
+                                                                                        monkeypatch) -> None:
+    marker = _host_redefined(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "devices", "check", "host")
+    assert code == 2 and not marker.exists() and "Traceback" not in err
+    assert "using ./devices.toml" in err
+    assert ("./devices.toml: devices.host.python = \"./tools/py\": 'host' is a built-in device" in err
+            and "--devices devices.toml" in err)
+
+
+def test_devices_list_announces_an_unnamed_devices_toml_when_it_uses_it(capsys, tmp_path, monkeypatch) -> None:
+    (tmp_path / "devices.toml").write_text('[devices.host]\ntransport = "local"\n'
+                                           '[devices.orin]\ntransport = "ssh"\nhost = "orin.local"\n')
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run(capsys, "devices", "list")
+    assert code == 0 and "using ./devices.toml" in err and "redefines" not in err
+    assert [line.split()[:2] for line in out.splitlines()[1:]][0::4] == [["host", "local"], ["orin", "ssh"]]
+
+
+def test_devices_list_notes_a_built_in_device_a_named_file_redefines(capsys, tmp_path) -> None:
+    marker = _host_redefined(tmp_path)
+    code, _, err = run(capsys, "devices", "--devices", str(tmp_path / "devices.toml"), "list")
+    assert code == 0 and not marker.exists()
+    assert f"note: {tmp_path / 'devices.toml'} redefines devices.host.python = \"./tools/py\"" in err

@@ -43,6 +43,48 @@ def test_runner_unknown_runtime_lists_the_known_ones(ptl, inputs, tmp_path) -> N
         LocalDevice().run_job(_job(ptl, inputs, None, runtime="tflite"), tmp_path / "w")
 
 
+# A module named like one of the standard library's that every runner imports (torch and numpy import
+# platform): it leaves a marker, then puts the real module in its place so the job still runs.
+PLANTED = """\
+import os, sys
+open(os.environ["EDGESHIP_TEST_MARKER"], "a").write(repr(sys.argv) + "\\n")
+del sys.modules["platform"]
+sys.path = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
+import platform as real
+sys.modules[__name__] = real
+"""
+
+
+def _working_folder_with_platform_py(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder holding a planted ``platform.py``, entered; the marker file it would write."""
+    folder, marker = tmp_path / "cwd", tmp_path / "imported.txt"
+    folder.mkdir()
+    (folder / "platform.py").write_text(PLANTED)
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("EDGESHIP_TEST_MARKER", str(marker))
+    return marker
+
+
+def test_local_device_eager_runner_imports_nothing_from_the_working_folder(tiny_spec, inputs, tmp_path,
+                                                                           monkeypatch) -> None:
+    marker = _working_folder_with_platform_py(tmp_path, monkeypatch)
+    options = {"spec": tiny_spec.model_dump(mode="json"), "base_dir": str(tiny_spec.base_dir)}
+    job = Job(runtime="eager", artifact=None, sha256=None, inputs=inputs, input_names=["image"], batch=1,
+              warmup=0, iterations=1, threads=1, timeout_s=120, options=options)
+    result = LocalDevice().run_job(job, Path("w"))
+    assert result.document["ok"] and len(result.outputs[0]) == 5
+    assert not marker.exists(), marker.read_text()
+
+
+def test_local_device_runner_imports_nothing_from_the_working_folder_when_pythonpath_has_an_empty_entry(
+        ptl, inputs, tmp_path, monkeypatch) -> None:
+    marker = _working_folder_with_platform_py(tmp_path, monkeypatch)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep + os.environ.get("PYTHONPATH", ""))  # "" is the working folder
+    result = LocalDevice().run_job(_job(ptl, inputs, sha256_file(ptl)), tmp_path / "w")
+    assert result.document["ok"]
+    assert not marker.exists(), marker.read_text()
+
+
 def test_runner_needs_only_stdlib_and_numpy_at_import() -> None:
     code = ("import sys, runpy; runpy.run_path(sys.argv[1]); "
             "bad = [m for m in ('torch', 'edgeship', 'onnxruntime', 'executorch') if m in sys.modules]; "
