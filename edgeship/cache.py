@@ -5,9 +5,14 @@ settings), so equal inputs find the same entry and any change misses. ``compute`
 temporary folder; the folder becomes the entry in one rename, so a reader sees a whole entry or
 none, and two builds racing on one key both end with a complete entry (the first to finish wins).
 
-Trust is checked, not assumed: an entry's ``key.json`` lists the sha256 of every file in it, and
-every hit is read back against that list. A damaged entry (a truncated file, one missing or added)
-is discarded and computed again, with a line in ``Cache.notices`` saying so.
+Trust is checked, not assumed: an entry's ``key.json`` lists the sha256 of every file in it and is
+signed (HMAC-SHA256, with the entry's namespace and key) by this machine's key
+(:mod:`edgeship.machinekey`, kept outside the cache), and every hit is read back against both. A list
+proves an entry whole; the signature proves edgeship wrote it here: an entry edited and its list
+recomputed does not verify. A damaged or unsigned entry (a truncated file, one missing or added, an
+edit) is discarded and computed again, with a line in ``Cache.notices`` saying so. A cache shared
+between machines (``$EDGESHIP_CACHE_DIR`` on a network folder) is shared in full only by machines
+holding the same key file; each other machine's entries are made again.
 
 The root holds a marker file (``.edgeship-cache``), written when edgeship creates the folder. Only
 what edgeship wrote is ever deleted: key-named entries in namespace folders and its own temporary
@@ -38,10 +43,12 @@ from pathlib import Path
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import OutputError, listing
 from edgeship.fsutil import full_disk_is_write_failure, pid_alive, tree_size
+from edgeship.machinekey import MachineKey, machine_key
 
 DEFAULT_ROOT = Path("artifacts") / ".cache"
 ROOT_ENV = "EDGESHIP_CACHE_DIR"  # overrides DEFAULT_ROOT
 KEY_FILE = "key.json"
+SIGNATURE = "hmac"   # key.json's field: this machine's HMAC-SHA256 of the entry's name and listing
 MARKER = ".edgeship-cache"
 KEY_NAME = re.compile(r"^[0-9a-f]{64}$")
 HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:32] or "host"
@@ -52,11 +59,13 @@ FOREIGN_TEMP_AGE_S = 24 * 3600
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """A complete cache entry: its folder, its key, and whether it was found (``hit``) or computed."""
+    """A complete cache entry: its folder, its key, whether it was found (``hit``) or computed, and
+    the sha256 of each of its files as signed (what a reader checks what it reads against)."""
 
     path: Path
     key: str
     hit: bool
+    files: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -78,30 +87,49 @@ def cache_key(parts: object) -> str:
 class Cache:
     """Entries in ``root/<namespace>/<key>/``; ``get_or_compute`` is the way in, ``get`` looks only."""
 
-    def __init__(self, root: Path = DEFAULT_ROOT) -> None:
+    def __init__(self, root: Path = DEFAULT_ROOT, signer: MachineKey | None = None) -> None:
         self.root = Path(root)
         self.notices: list[str] = []  # damaged entries discarded, for the build to print
+        self._signer = signer
+
+    @property
+    def signer(self) -> MachineKey:
+        """The key entries are signed and checked with (:meth:`load_signer`)."""
+        return self.load_signer()
+
+    def load_signer(self) -> MachineKey:
+        """This machine's key, read on first use (OutputError when its file is unsafe); where none can be
+        kept, this process's own, and a notice says so once."""
+        if self._signer is None:
+            self._signer = machine_key()
+            if self._signer.problem:
+                self.notices.append(f"{self._signer.problem}; nothing is reused from the stage cache {self.root} "
+                                    "in this build (set $XDG_CONFIG_HOME to a folder of yours that can be written)")
+        return self._signer
 
     def entry_path(self, namespace: str, key: str) -> Path:
         return self.root / namespace / key
 
     def get(self, namespace: str, key_parts: object, redo: str = "computing it again") -> CacheEntry | None:
-        """The entry for ``key_parts`` when it is there and whole; a damaged one is discarded (None)."""
+        """The entry for ``key_parts`` when it is there, whole and signed by this machine; a damaged
+        or unsigned one is discarded (None)."""
         key = cache_key(key_parts)
         dest = self.entry_path(namespace, key)
         if not (dest / KEY_FILE).is_file():
             return None
-        problem = entry_damage(dest)
+        files, problem = checked_files(dest, self.signer)
         if problem is None:
-            return CacheEntry(dest, key, hit=True)
+            return CacheEntry(dest, key, hit=True, files=files)
         self.discard_damaged(CacheEntry(dest, key, hit=True), problem, redo)
         return None
 
     def discard_damaged(self, entry: CacheEntry, problem: str, redo: str) -> None:
-        """Take a damaged entry away and say so in ``notices`` (what was wrong, what the build does)."""
+        """Take a damaged entry away and say so in ``notices`` (what was wrong, what the build does);
+        quietly for one that only this process's own key fails to verify (a notice said why once)."""
         self.discard(entry.path)
-        self.notices.append(f"stage cache entry {entry.path.parent.name}/{entry.key} is damaged ({problem}); "
-                            f"discarded, {redo}")
+        if self.signer.problem is None or not problem.startswith(UNSIGNED):
+            self.notices.append(f"stage cache entry {entry.path.parent.name}/{entry.key} is damaged ({problem}); "
+                                f"discarded, {redo}")
 
     def get_or_compute(self, namespace: str, key_parts: object, compute: Callable[[Path], None],
                        redo: str = "computing it again") -> CacheEntry:
@@ -119,10 +147,10 @@ class Cache:
             with full_disk_is_write_failure(dest):
                 compute(tmp)
                 # Written last: an entry counts only once its key file (with its files' sha256) is there.
-                listing = {"key": key_parts, "files": file_hashes(tmp)}
-                (tmp / KEY_FILE).write_text(json.dumps(listing, sort_keys=True, indent=1, default=str))
+                doc = signed_listing(namespace, key, key_parts, file_hashes(tmp), self.signer)
+                (tmp / KEY_FILE).write_text(json.dumps(doc, sort_keys=True, indent=1))
                 sync_tree(tmp)  # on disk before the rename makes it an entry: a power cut leaves no half entry
-            return CacheEntry(self._publish(tmp, dest), key, hit=False)
+            return self._publish(tmp, CacheEntry(dest, key, hit=False, files=doc["files"]))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -135,19 +163,28 @@ class Cache:
             gone = dest
         shutil.rmtree(gone, ignore_errors=True)
 
-    @staticmethod
-    def _publish(tmp: Path, dest: Path) -> Path:
-        """Rename ``tmp`` to ``dest``; when another writer got there first, keep theirs."""
-        if dest.exists() and not (dest / KEY_FILE).is_file():
-            shutil.rmtree(dest, ignore_errors=True)  # a leftover without its key file is incomplete
-        try:
-            os.rename(tmp, dest)
-        except OSError:
-            if not (dest / KEY_FILE).is_file():
-                raise
+    def _publish(self, tmp: Path, entry: CacheEntry) -> CacheEntry:
+        """Rename ``tmp`` to the entry's folder; when another writer got there first, keep theirs if it
+        verifies (else it is discarded and ours takes its place)."""
+        dest = entry.path
+        for _ in range(2):
+            if dest.exists() and not (dest / KEY_FILE).is_file():
+                shutil.rmtree(dest, ignore_errors=True)  # a leftover without its key file is incomplete
+            try:
+                os.rename(tmp, dest)
+                break
+            except OSError:
+                if not (dest / KEY_FILE).is_file():
+                    raise
+            files, problem = checked_files(dest, self.signer)
+            if problem is None:
+                return CacheEntry(dest, entry.key, hit=False, files=files)
+            self.discard_damaged(entry, problem, "writing this build's")
+        else:
+            raise OutputError(f"{dest}: another process keeps writing an entry there that does not verify")
         with contextlib.suppress(OSError):  # the rename itself on disk
             _fsync(dest.parent)
-        return dest
+        return entry
 
     # The root: whose it is, what is in it, clearing and sweeping.
 
@@ -165,7 +202,9 @@ class Cache:
 
     def prepare(self) -> None:
         """Make sure the root is an edgeship cache before writing: create it with its marker, adopt an
-        empty folder or one holding only edgeship entries, refuse any other (OutputError)."""
+        empty folder or one holding only edgeship entries, refuse any other (OutputError). The key is read
+        here too, so an unsafe key file stops a build before its first slow step."""
+        self.load_signer()
         if (self.root / MARKER).is_file():
             return
         self.check_ours()
@@ -237,12 +276,46 @@ class Cache:
                 for e in sorted(ns.iterdir()) if KEY_NAME.match(e.name) and e.is_dir()]
 
 
-def entry_damage(entry: Path) -> str | None:
-    """What is wrong with an entry against the sha256 list in its key file, or None when it is whole."""
+UNSIGNED = f"{KEY_FILE} does not verify"
+
+
+def signed_listing(namespace: str, key: str, key_parts: object, files: dict[str, str],
+                   signer: MachineKey) -> dict:
+    """An entry's key file: its key parts and files' sha256, signed with the entry's namespace and key
+    (an entry moved to another key does not verify)."""
+    doc = json.loads(json.dumps({"key": key_parts, "files": files}, default=str))  # as a reader will see it
+    return {**doc, SIGNATURE: signer.sign(_signed_text(namespace, key, doc))}
+
+
+def _signed_text(namespace: str, key: str, doc: dict) -> bytes:
+    return json.dumps({"entry": f"{namespace}/{key}", "listing": doc}, sort_keys=True,
+                      separators=(",", ":")).encode("utf-8")
+
+
+def checked_files(entry: Path, signer: MachineKey) -> tuple[dict[str, str], str | None]:
+    """The sha256 list an entry's key file signs, and what is wrong with the entry (None when whole and
+    signed by ``signer``)."""
     try:
-        listed = json.loads((entry / KEY_FILE).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"{KEY_FILE} is unreadable or lists no files"
+        doc = json.loads((entry / KEY_FILE).read_text())
+        signature = doc.pop(SIGNATURE, None)
+        listed = doc["files"]
+        if not isinstance(listed, dict):
+            raise TypeError(listed)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}, f"{KEY_FILE} is unreadable or lists no files"
+    if not signer.verifies(_signed_text(entry.parent.name, entry.name, doc), signature):
+        return {}, (f"{UNSIGNED} with this machine's key: changed since edgeship wrote it, or written with "
+                    f"another key{f' than {signer.path}' if signer.path else ''}")
+    return listed, _files_damage(entry, listed)
+
+
+def entry_damage(entry: Path, signer: MachineKey | None = None) -> str | None:
+    """What is wrong with an entry against its signed sha256 list (``signer``: this machine's key by
+    default), or None when it is whole and signed."""
+    return checked_files(entry, signer or machine_key())[1]
+
+
+def _files_damage(entry: Path, listed: dict[str, str]) -> str | None:
     present = file_hashes(entry)
     for name, sha in sorted(listed.items()):
         if name not in present:

@@ -32,6 +32,9 @@ ENTRY_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*$"
 MAX_DEPTH = 32      # tables and arrays nested deeper than this are refused (no real file comes close)
 MAX_PROBLEMS = 20   # problems listed in one message; the rest are counted
 MAX_BYTES = 64 << 20  # larger files are refused unread (and /dev/zero does not read forever)
+# A data source that cannot say how many samples it holds (a module:callable) is read up to [evaluation]
+# samples; without that setting, up to this many, and one yielding more is refused.
+MAX_UNCOUNTED = 10_000
 NOT_FINITE = "not a finite number; finite numbers only (nan, inf and numbers beyond +-1.8e308 are refused)"
 
 M = TypeVar("M", bound=BaseModel)
@@ -261,6 +264,8 @@ def format_error(model: type[BaseModel], err: ErrorDetails) -> str:
         msg = NOT_FINITE
     elif kind in EXPECTED_TYPE:
         msg = f"expected {EXPECTED_TYPE[kind]}, not {toml_type(given)}"
+    elif kind in BOUNDS:
+        msg += f" (allowed: {allowed_range(model, loc, err.get('ctx') or {})})"
     if kind == "literal_error":
         allowed = literal_values(model, loc)
         if allowed:
@@ -275,6 +280,44 @@ def format_error(model: type[BaseModel], err: ErrorDetails) -> str:
 EXPECTED_TYPE = {"int_type": "an integer", "int_from_float": "an integer", "float_type": "a number",
                  "bool_type": "true or false", "string_type": "a string", "list_type": "an array",
                  "dict_type": "a table", "model_type": "a table", "model_attributes_type": "a table"}
+
+
+BOUNDS = {"greater_than": "gt", "greater_than_equal": "ge", "less_than": "lt", "less_than_equal": "le"}
+BOUND_WORDS = {"gt": "more than {}", "ge": "at least {}", "lt": "less than {}", "le": "at most {}"}
+
+
+def allowed_range(model: type[BaseModel], loc: Loc, ctx: Mapping[str, object]) -> str:
+    """The range a number field at ``loc`` allows, every bound it has (``more than 0 and at most 86400``):
+    from the field's declaration, else the bound the error names (``ctx``)."""
+    found = {name: value for name, value in ctx.items() if name in BOUND_WORDS}
+    for meta in _metadata_at(model, loc):
+        for name in BOUND_WORDS:
+            value = getattr(meta, name, None)
+            if value is not None:
+                found.setdefault(name, value)
+    return " and ".join(BOUND_WORDS[name].format(_number(found[name])) for name in BOUND_WORDS if name in found)
+
+
+def _metadata_at(model: type[BaseModel], loc: Loc) -> list[object]:
+    """The constraints (annotated_types Gt, Le, ...) declared on the field at ``loc`` (list indexes after the
+    field's name skipped): one entry per model the location may be in."""
+    names = [i for i, part in enumerate(loc) if isinstance(part, str)]
+    if not names:
+        return []
+    last = names[-1]
+    found: list[object] = []
+    for annotation in _annotation_at(model, loc[:last]):
+        for inner in _inner_types(annotation):
+            if isinstance(inner, type) and issubclass(inner, BaseModel) and str(loc[last]) in inner.model_fields:
+                found.extend(inner.model_fields[str(loc[last])].metadata)
+    return found
+
+
+def _number(value: object) -> str:
+    """A bound for a message as pydantic writes it in its own (``86400``, ``0.5``)."""
+    if isinstance(value, (int, float)) and float(value).is_integer():
+        return str(int(value))
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def toml_type(value: object) -> str:

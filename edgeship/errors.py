@@ -96,6 +96,18 @@ def user_code_exit(error: BaseException, during: str) -> UserCodeExit:
                         "training script's main run at import?)")
 
 
+class UserCodeTimeout(BadInputError):
+    """A stage ran past its ``[limits]`` watchdog while running user code (the model's forward or entry, a
+    data source): a model or data error (exit 2). The message names the stage, the limit and its key."""
+
+
+class StageTimeout(EdgeshipError):
+    """A stage ran past its ``[limits]`` watchdog in edgeship's or a library's code (capture, a converter,
+    a compiler): the build could not be made (exit 3, as a variant that could not be built)."""
+
+    exit_code = 3
+
+
 def is_interrupt(error: BaseException) -> bool:
     """Ctrl-C (KeyboardInterrupt) and the generator protocol's GeneratorExit: passed on as they are."""
     return isinstance(error, (KeyboardInterrupt, GeneratorExit))

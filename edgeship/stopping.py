@@ -30,7 +30,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Protocol
 
@@ -106,7 +106,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     if _state["deferred"]:
         _state["pending"] = _state["pending"] or signum
         return
-    if _in_extension_init(frame) and time.monotonic() - _state["since"] < IMPORT_GRACE_S:
+    if in_extension_init(frame) and time.monotonic() - _state["since"] < IMPORT_GRACE_S:
         # Raised in Python code a C extension's initialization calls (one creating its enums),
         # the exception crosses C and aborts the process (SIGABRT: no exit status, the folder's lock
         # left): the signal comes again once that is done.
@@ -118,7 +118,13 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signum)
 
 
-def _in_extension_init(frame: FrameType | None) -> bool:
+def is_installed() -> bool:
+    """Whether a command's handlers are installed (``installed``): the process is edgeship's own, and may
+    be ended by it (a watchdog's last resort), which a Python program calling edgeship's API is not."""
+    return bool(_before)
+
+
+def in_extension_init(frame: FrameType | None) -> bool:
     """Whether the main thread runs inside a C extension module's initialization (importlib's
     ExtensionFileLoader creating or executing it, somewhere down its stack)."""
     from importlib.machinery import ExtensionFileLoader
@@ -132,15 +138,17 @@ def _in_extension_init(frame: FrameType | None) -> bool:
     return False
 
 
-def stop_children(grace_s: float = GRACE_S) -> None:
-    """Ask running devices to stop their job, then stop every process this one started (and theirs)."""
+def stop_children(grace_s: float = GRACE_S, spare: Collection[int] | None = None) -> None:
+    """Ask running devices to stop their job, then stop every process this one started (and theirs).
+    With ``spare`` (``child_pids()`` when a stage began), only the processes started since, and theirs:
+    what one stage started (a watchdog stopping it), not a Ray cluster the command runs beside."""
     import psutil
 
-    for device in list(_running.values()):
+    for device in list(_running.values()) if spare is None else []:
         with contextlib.suppress(Exception):  # best effort: the local processes go below in any case
             device.cancel()
     try:
-        children = psutil.Process().children(recursive=True)
+        children = _started(psutil.Process(), spare)
     except psutil.Error:
         return
     for child in children:
@@ -149,6 +157,30 @@ def stop_children(grace_s: float = GRACE_S) -> None:
     for child in _still_running(children, grace_s):
         with contextlib.suppress(psutil.Error):
             child.kill()
+
+
+def child_pids() -> set[int]:
+    """The processes this one has started and that still run (not theirs)."""
+    import psutil
+
+    try:
+        return {p.pid for p in psutil.Process().children()}
+    except psutil.Error:
+        return set()
+
+
+def _started(process: psutil.Process, spare: Collection[int] | None) -> list[psutil.Process]:
+    """The processes ``process`` started (but those in ``spare``, when given), and all of theirs."""
+    import psutil
+
+    if spare is None:
+        return process.children(recursive=True)
+    found = []
+    for child in process.children():
+        if child.pid not in spare:
+            with contextlib.suppress(psutil.Error):
+                found += [child, *child.children(recursive=True)]
+    return found
 
 
 def _still_running(processes: list[psutil.Process], grace_s: float) -> list[psutil.Process]:

@@ -101,11 +101,13 @@ def make_tiny_project(folder: Path) -> Path:
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_state(tmp_path_factory: pytest.TempPathFactory):
-    """Tests never share the user's stage cache or results store: both live in the session's tmp."""
+    """Tests never share the user's stage cache, results store or the key that signs the cache: all
+    live in the session's tmp."""
     import os
 
     root = tmp_path_factory.mktemp("state")
-    saved = {k: os.environ.get(k) for k in ("EDGESHIP_CACHE_DIR", "EDGESHIP_DB")}
+    saved = {k: os.environ.get(k) for k in ("EDGESHIP_CACHE_DIR", "EDGESHIP_DB", "XDG_CONFIG_HOME")}
+    os.environ["XDG_CONFIG_HOME"] = str(root / "config")
     os.environ["EDGESHIP_CACHE_DIR"] = str(root / "cache")
     os.environ["EDGESHIP_DB"] = f"sqlite:///{root / 'results.db'}"
     yield

@@ -26,7 +26,7 @@ DEVICE_FILES = ("devices.runner", "devices.protocol", "devices.hashing", "device
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("errors", "fsutil", "metrics", "progress", "cache", "results", "config", "entry", "spec", "outputs",
                     "shapes", "store", "store_migrations", "calibration.dataset", "quantize.settings", "demo", "tasks",
-                    "webfiles", "locks", "stopping",
+                    "webfiles", "locks", "stopping", "machinekey",
                     *DEVICE_FILES)),
     ("declarations", ("backends", "profile", "quantize.cpu_choice", "bundle.platforms")),
     ("inputs", ("model", "calibration", "devices")),

@@ -1,15 +1,18 @@
 """The content-addressed cache: equal key parts hit, a failed compute leaves no entry."""
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from edgeship.cache import HOST, MARKER, Cache, cache_key, entry_damage
+from edgeship.cache import HOST, MARKER, Cache, cache_key, entry_damage, file_hashes
 from edgeship.errors import OutputError
+from edgeship.machinekey import MachineKey
 
 
 def _writer(calls: list[str], text: str = "ranges"):
@@ -68,6 +71,64 @@ def test_cache_damaged_entry_is_discarded_and_computed_again_with_a_notice(tmp_p
     assert not again.hit and calls == ["ranges", "ranges"] and (again.path / "data.txt").read_text() == "ranges"
     assert cache.notices == [f"stage cache entry ns/{first.key} is damaged (data.txt: sha256 differs from the one "
                              "stored with it); discarded, computing it again"]
+
+
+def forge(entry: Path, name: str, text: str) -> None:
+    """Edit a file of an entry and recompute its sha256 list, as anyone who can write the cache can."""
+    (entry / name).write_text(text)
+    doc = json.loads((entry / "key.json").read_text())
+    doc["files"] = file_hashes(entry)
+    (entry / "key.json").write_text(json.dumps(doc, sort_keys=True, indent=1))
+
+
+def test_cache_entry_edited_and_its_sha256_list_recomputed_is_discarded_and_computed_again(tmp_path: Path) -> None:
+    cache, calls = Cache(tmp_path), []
+    first = cache.get_or_compute("ns", {"k": 1}, _writer(calls))
+    forge(first.path, "data.txt", "forged")
+    again = cache.get_or_compute("ns", {"k": 1}, _writer(calls))
+    assert not again.hit and calls == ["ranges", "ranges"] and (again.path / "data.txt").read_text() == "ranges"
+    assert len(cache.notices) == 1
+    assert cache.notices[0].startswith(f"stage cache entry ns/{first.key} is damaged (key.json does not verify "
+                                       "with this machine's key: changed since edgeship wrote it")
+    assert cache.get("ns", {"k": 1}).files == {"data.txt": again.files["data.txt"]}
+
+
+def test_cache_entry_signed_with_another_key_is_computed_again(tmp_path: Path) -> None:
+    Cache(tmp_path, signer=MachineKey(b"another machine" * 3)).get_or_compute("ns", {"k": 1}, _writer([], "theirs"))
+    calls: list[str] = []
+    entry = Cache(tmp_path).get_or_compute("ns", {"k": 1}, _writer(calls))
+    assert not entry.hit and calls == ["ranges"] and (entry.path / "data.txt").read_text() == "ranges"
+
+
+def test_cache_entry_copied_under_another_key_is_not_taken(tmp_path: Path) -> None:
+    cache = Cache(tmp_path)
+    one = cache.get_or_compute("ns", {"k": 1}, _writer([], "one"))
+    shutil.copytree(one.path, cache.entry_path("ns", cache_key({"k": 2})))
+    assert cache.get("ns", {"k": 2}) is None and cache.get("ns", {"k": 1}) is not None
+
+
+def test_cache_racing_entry_that_does_not_verify_is_replaced_by_ours(tmp_path: Path) -> None:
+    cache = Cache(tmp_path)
+
+    def slow(folder: Path) -> None:  # meanwhile someone puts an entry of their own under the key
+        Cache(tmp_path, signer=MachineKey(b"forger" * 6)).get_or_compute("ns", {"k": 1}, _writer([], "forged"))
+        (folder / "data.txt").write_text("ours")
+
+    entry = cache.get_or_compute("ns", {"k": 1}, slow)
+    assert (entry.path / "data.txt").read_text() == "ours" and cache.get("ns", {"k": 1}) is not None
+    assert len(list((tmp_path / "ns").iterdir())) == 1
+
+
+def test_cache_without_a_machine_key_reuses_nothing_and_says_so_once(tmp_path: Path, monkeypatch) -> None:
+    for k in (1, 2):
+        Cache(tmp_path / "cache").get_or_compute("ns", {"k": k}, _writer([]))
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "a-file" / "config"))   # no key can be kept there
+    cache, calls = Cache(tmp_path / "cache"), []
+    for k in (1, 2, 1):
+        cache.get_or_compute("ns", {"k": k}, _writer(calls))
+    assert calls == ["ranges", "ranges"] and len(cache.notices) == 1
+    assert "no machine key could be kept" in cache.notices[0] and "nothing is reused" in cache.notices[0]
 
 
 @pytest.mark.parametrize("damage", ["missing", "extra"])

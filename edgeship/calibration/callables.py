@@ -6,17 +6,21 @@ dict keyed by input name, optionally with ``y`` labels: class indices [B] or cla
 or a list with one [M_k, 5] array per sample, each row (x1, y1, x2, y2, class) and rows with a
 negative class padding. Boxes keep their dtype (float64 or int64); batches of boxes are padded
 with rows of -1 to the largest M of the data set. The task's check decides whether ``y`` fits
-it. The model spec's folder is importable while the source is read. Batches are read until the
-iterable ends or ``limit`` samples are in hand.
+it. The model spec's folder is importable while the source is read. Batches are read lazily, one at a
+time, until the iterable ends or ``limit`` samples are in hand: a generator that never ends is read only
+as far as needed. Without a limit it is read up to ``MAX_UNCOUNTED`` samples, and one that yields more is
+refused (DataError: set the profile's samples).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from typing import TypeGuard, cast
 
 import numpy as np
 
 from edgeship.calibration.dataset import Dataset, refuse_non_finite
+from edgeship.config import MAX_UNCOUNTED
 from edgeship.entry import import_entry, importable
 from edgeship.errors import DataError, first_line
 from edgeship.spec import ModelSpec
@@ -32,22 +36,30 @@ def call_source(entry: str, spec: ModelSpec, args: tuple[object, ...] = ()) -> I
         raise DataError(f"data source {entry}: {type(e).__name__}: {first_line(e)}") from None
 
 
-def read_callable(entry: str, spec: ModelSpec, limit: int | None = None, args: tuple[object, ...] = ()) -> Dataset:
-    """A Dataset from the batches ``entry(*args)`` yields (at most ``limit`` samples)."""
+def read_callable(entry: str, spec: ModelSpec, limit: int | None = None, args: tuple[object, ...] = (),
+                  role: str = "evaluation") -> Dataset:
+    """A Dataset from the batches ``entry(*args)`` yields: the first ``limit`` samples, or without a limit
+    every sample up to ``MAX_UNCOUNTED`` (DataError naming the profile's ``[role] samples`` when it yields
+    more). A batch without samples is refused (read forever, they would never add up to the limit)."""
     names = [i.name for i in spec.inputs]
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
     labels: list[np.ndarray] = []
-    count = 0
+    count, most = 0, MAX_UNCOUNTED if limit is None else limit
     try:
         with importable(spec.base_dir):  # a generator may import the folder's modules as it runs
-            for i, batch in enumerate(call_source(entry, spec, args)):
+            batches = iter(call_source(entry, spec, args))
+            for i, batch in enumerate(islice(batches, most)):  # each batch adds a sample at least
                 arrays, y = _split(batch, names, entry, i)
                 for name, array in arrays.items():
                     parts[name].append(array)
                 labels += [] if y is None else [y]
                 count += len(arrays[names[0]])
-                if limit is not None and count >= limit:
+                if count >= most:
                     break
+            if limit is None and (count > most or (count == most and _more(batches))):
+                raise DataError(f"data source {entry}: yields more than {MAX_UNCOUNTED} samples (does it ever end?); "
+                                f"a data source is read up to the profile's [{role}] samples: set it to how many to "
+                                "use")
     except DataError:
         raise
     except Exception as e:
@@ -56,7 +68,13 @@ def read_callable(entry: str, spec: ModelSpec, limit: int | None = None, args: t
         raise DataError(f"data source {entry}: yielded no batches")
     inputs = {n: np.concatenate(parts[n])[:limit] for n in names}
     y_all = _joined(labels, entry)[:limit] if labels and len(labels) == len(parts[names[0]]) else None
-    return Dataset(inputs, y_all, entry)
+    return Dataset(inputs, y_all, entry if limit is None or count < limit else f"{entry} (its first {limit} samples)")
+
+
+def _more(batches: Iterator[object]) -> bool:
+    """Whether ``batches`` yields another batch (that one is read, and dropped)."""
+    end = object()
+    return next(batches, end) is not end
 
 
 def _split(batch: object, names: list[str], entry: str, index: int) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
@@ -67,12 +85,22 @@ def _split(batch: object, names: list[str], entry: str, index: int) -> tuple[dic
             raise DataError(f"data source {entry}: batch {index} has keys {', '.join(map(str, batch))}; "
                             f"expected {', '.join(names)} (and optionally y)")
         arrays, labels = {n: _array(batch[n]) for n in names}, batch.get("y")
-        return arrays, None if labels is None else _labels(labels, entry, index, len(arrays[names[0]]))
+        return _some(arrays, entry, index), None if labels is None else _labels(labels, entry, index,
+                                                                                len(arrays[names[0]]))
     items = list(batch) if isinstance(batch, (tuple, list)) else [batch]
     if len(items) != len(names):
         raise DataError(f"data source {entry}: batch {index} holds {len(items)} arrays; the model takes "
                         f"{len(names)} input(s): {', '.join(names)}")
-    return {n: _array(a) for n, a in zip(names, items)}, None
+    return _some({n: _array(a) for n, a in zip(names, items)}, entry, index), None
+
+
+def _some(arrays: dict[str, np.ndarray], entry: str, index: int) -> dict[str, np.ndarray]:
+    """``arrays`` (one batch) when it holds at least one sample; DataError otherwise."""
+    first = next(iter(arrays.values()))
+    if first.ndim == 0 or not len(first):
+        raise DataError(f"data source {entry}: batch {index} holds no samples (shape {list(first.shape)}); each batch "
+                        "holds one sample or more along its first axis")
+    return arrays
 
 
 def _labels(value: object, entry: str, index: int, samples: int) -> np.ndarray:

@@ -28,11 +28,12 @@ def load_dataset(source: str | Path, spec: ModelSpec, role: str, limit: int | No
     """Read ``source`` for ``role`` (calibration/evaluation) and check it fits the model.
 
     ``source`` is an ``.npz`` file, an image folder, or ``module:callable``. ``limit`` draws at
-    most that many samples (seeded, as ``Dataset.take``), before decoding where it can.
+    most that many samples (seeded, as ``Dataset.take``), before decoding where it can; of a
+    callable, which may never end, the first ``limit`` are read.
     """
     text = str(source)
     if is_callable(text):
-        return check_fits(read_callable(text, spec, limit), spec)
+        return check_fits(read_callable(text, spec, limit, role=role), spec)
     path = Path(source)
     if path.is_dir():
         return check_fits(read_image_folder(path, spec, limit, seed), spec)
@@ -98,9 +99,9 @@ class EvaluationCounts(Protocol):
 def evaluation_samples(source: str | Path | None, spec: ModelSpec, settings: EvaluationCounts) -> Dataset:
     """The evaluation samples a build measures: ``source`` (the profile's or the spec's data) with the
     profile's ``[evaluation]`` sample count and seed, else seeded random inputs."""
-    if source:  # a file or folder is drawn from before it is read; a callable's batches are all read, then drawn
-        limit = None if is_callable(str(source)) else settings.samples
-        return load_dataset(source, spec, "evaluation", limit, settings.seed).take(settings.samples, settings.seed)
+    if source:  # a file or folder is drawn from before it is read; a callable, which may never end, read up to it
+        data = load_dataset(source, spec, "evaluation", settings.samples, settings.seed)
+        return data.take(settings.samples, settings.seed)
     return random_dataset(spec, settings.random_samples, settings.seed)
 
 

@@ -82,10 +82,14 @@ class CaptureFailed(Exception):
 
 
 class Capturer:
-    """Captures on demand and remembers every result, success or failure."""
+    """Captures on demand and remembers every result, success or failure. ``bounded(stage)``, when given,
+    runs each capture method under the build's time limit (``pipeline.watchdog``); what it raises when
+    the limit passes (a KeyboardInterrupt) is the build's to handle, not a failure of the method."""
 
-    def __init__(self, model: LoadedModel) -> None:
+    def __init__(self, model: LoadedModel,
+                 bounded: Callable[[str], contextlib.AbstractContextManager[None]] | None = None) -> None:
         self.model = model
+        self.bounded = bounded or (lambda stage: contextlib.nullcontext())
         self._done: dict[tuple[str, bool], Captured | CaptureFailed] = {}
 
     def get(self, method: str, dynamic_batch: bool = False) -> Captured:
@@ -95,7 +99,8 @@ class Capturer:
             start = time.perf_counter()
             notes: list[str] = []
             try:
-                program = CAPTURE_METHODS[method](self.model, dynamic_batch, notes)
+                with self.bounded(f"capture by {method}" + (" with a dynamic batch" if dynamic_batch else "")):
+                    program = CAPTURE_METHODS[method](self.model, dynamic_batch, notes)
                 self._done[key] = Captured(method, program, self.model, dynamic_batch,
                                            time.perf_counter() - start, notes)
             except Exception as e:  # any failure of a capture method is reported, not fatal

@@ -11,11 +11,13 @@ import uuid
 from dataclasses import dataclass
 
 from edgeship import stopping
+from edgeship.cache import default_cache
 from edgeship.errors import StoreError
 from edgeship.fsutil import remove_path
 from edgeship.pipeline.bundle import report_and_bundle
 from edgeship.pipeline.output import INCOMPLETE, RESULTS, UNRECORDED, BuildFiles, BuildFolder, Pending
 from edgeship.pipeline.plan import Plan
+from edgeship.pipeline.stagecache import vouch_results
 from edgeship.progress import Progress
 from edgeship.results import Results
 
@@ -35,6 +37,7 @@ def publish_build(plan: Plan, folder: BuildFolder, results: Results, progress: P
     the build as it is to be recorded in the results store (None without a store)."""
     report_and_bundle(plan, results, progress, folder.staged)
     results.write(folder.staged / RESULTS)
+    vouch_results(default_cache(), folder.staged / RESULTS)  # what a later build may reuse from it
     pending = None
     if plan.store is not None:
         pending = folder.stage_pending(uuid.uuid4().hex[:16], plan.store.display_url, results)

@@ -6,6 +6,7 @@ lowers into its staging folder (``out_dir`` here), never over a validated artifa
 """
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from edgeship.devices.hashing import sha256_path
 from edgeship.errors import LoweringError, OutputError, WriteFailure, failure_line
 from edgeship.fsutil import NO_SPACE, atomic_write_text
 from edgeship.lowering.capture import CaptureFailed, Capturer
+from edgeship.pipeline.watchdog import Watchdog
 from edgeship.profile import Profile, Variant
 from edgeship.results import now_utc
 
@@ -90,10 +92,11 @@ def capture_order(profile: Profile, variant: Variant) -> list[str]:
 def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_dir: Path,
                   calibration: Callable[[], Dataset] | None = None, debug: bool = False,
                   cache: Cache | None = None, cpus: list[tuple[str, dict[str, object]]] | None = None,
-                  budget: AccuracyBudget | None = None) -> Lowered:
+                  budget: AccuracyBudget | None = None, watchdog: Watchdog | None = None) -> Lowered:
     """Capture (with fallback) and lower one variant; failures become ``Lowered.error``. ``cpus``:
     the CPUs the artifact will run on (None: this machine's), for settings chosen by CPU; ``budget``:
-    the variant's accuracy gates on calibration samples, for quantizers that choose by them."""
+    the variant's accuracy gates on calibration samples, for quantizers that choose by them;
+    ``watchdog``: the lowering runs under ``[limits] lowering_s`` (a stall ends the build: Stalled)."""
     backend = BACKENDS[variant.backend]
     result = Lowered(variant, backend, backend.parse_options(variant.options))
     captured, result.capture_failures = capturer.first(capture_order(profile, variant),
@@ -108,8 +111,11 @@ def lower_variant(profile: Profile, variant: Variant, capturer: Capturer, out_di
     dest = out_dir / variant.name / f"model{backend.suffix}"
     request = LowerRequest(captured, variant, result.options, dest, calibration, cache, cpus, budget)
     start = time.perf_counter()
+    bounded = watchdog.bounded(f"lower {variant.name} ({variant.backend} {variant.precision})", "lowering_s") \
+        if watchdog is not None else contextlib.nullcontext()
     try:
-        result.artifact = backend.lower(request)
+        with bounded:
+            result.artifact = backend.lower(request)
     except (OutputError, WriteFailure):
         raise  # a full disk is the build's problem, not this variant's
     except Exception as e:  # a converter's failure belongs to this variant only

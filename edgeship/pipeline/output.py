@@ -135,9 +135,22 @@ class BuildFolder:
             raise
         finally:
             lock.__exit__()
-            for folder in made:  # innermost first; rmdir leaves a folder that is not empty
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
+            self.remove_made(made)
+
+    def abandon(self, made: list[Path]) -> None:
+        """What a failed build's ``held`` block does on its way out, for a process that must end without
+        leaving it (a watchdog's last resort): its ``.work`` and lock file go, and the folders it ``made``
+        when nothing else is in them. The OS lock goes with the process."""
+        remove_path(self.root / WORK)
+        with contextlib.suppress(OSError):
+            (self.root / LOCK).unlink()
+        self.remove_made(made)
+
+    @staticmethod
+    def remove_made(made: list[Path]) -> None:
+        for folder in made:  # innermost first; rmdir leaves a folder that is not empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
     # What is here, and whose.
 

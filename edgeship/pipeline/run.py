@@ -21,7 +21,7 @@ from edgeship.calibration.provider import calibration_data, calibration_variants
 from edgeship.devices import Job
 from edgeship.devices.cpu import cpu_facts
 from edgeship.devices.targets import target_cpus
-from edgeship.errors import CaptureError
+from edgeship.errors import CaptureError, StageTimeout
 from edgeship.fsutil import full_disk_is_write_failure, tree_size
 from edgeship.lowering.capture import Capturer
 from edgeship.model import LazyModel
@@ -40,14 +40,24 @@ from edgeship.pipeline.schedule import (
     reuse_line,
     unmeasured_devices,
 )
-from edgeship.pipeline.stagecache import Measurements, StageKeys, restore_artifact, store_artifact
+from edgeship.pipeline.stagecache import (
+    Measurements,
+    StageKeys,
+    restore_artifact,
+    store_artifact,
+    vouched_previous,
+    vouched_results,
+)
 from edgeship.pipeline.validate import Reference, inputs_fingerprint, reference_fingerprint, reference_stage
+from edgeship.pipeline.watchdog import Stalled, Watchdog, for_plan
 from edgeship.profile.models import Variant
 from edgeship.progress import Progress
 from edgeship.quantize.selection import select_variant
 from edgeship.quantize.settings import scheme_of
 from edgeship.results import REFERENCE, ModelInfo, Results, VariantResult, now_utc
 from edgeship.tasks.evaluate import TaskJudge
+
+REFERENCE_STEP = "evaluation data + float reference"
 
 
 def build(request: BuildRequest) -> Results:
@@ -59,18 +69,29 @@ def build(request: BuildRequest) -> Results:
                             f"{plan.spec.name}, devices {', '.join(d.name for d in plan.devices)}")
     folder = BuildFolder(plan.out_dir)
     before = folder.manifest() is not None or (plan.out_dir / RESULTS).exists()
+
+    def outcome() -> str:
+        return (f"this build was published into {plan.out_dir} before it stopped" if folder.published else
+                f"the previous build in {plan.out_dir} is untouched" if before else
+                f"nothing was written into {plan.out_dir}")
+
+    def abandon() -> str:  # a watchdog's last resort: the process ends without unwinding this block
+        folder.abandon(plan.made)
+        return outcome()
+
+    watchdog = for_plan(plan, lambda line: progress.info(escape(line)), abandon)
     try:
         with folder.held(not request.no_wait, progress.info, plan.made), \
                 full_disk_is_write_failure(plan.out_dir, own_name=True):  # a full disk anywhere (numpy, shutil, ...)
-            return _build(plan, folder, progress)
+            return _build(plan, folder, progress, watchdog)
+    except Stalled as e:  # a stage ran past its [limits] limit: exit 2 (user code) or 3, naming it
+        raise (e.stall.error(outcome()) if e.stall else StageTimeout(f"{e}; {outcome()}")) from None
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM: say what the folder holds now
-        e.outcome = (f"this build was published into {plan.out_dir} before it stopped" if folder.published else
-                     f"the previous build in {plan.out_dir} is untouched" if before else
-                     f"nothing was written into {plan.out_dir}")
+        e.outcome = outcome()
         raise
 
 
-def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
+def _build(plan: Plan, folder: BuildFolder, progress: Progress, watchdog: Watchdog) -> Results:
     record_pending(plan, folder, progress)
     keys = StageKeys(plan, target_cpu_stage(plan, progress))
     build_key = keys.build()
@@ -82,14 +103,15 @@ def _build(plan: Plan, folder: BuildFolder, progress: Progress) -> Results:
         return _verdict(plan, unchanged.results)
     folder.refuse_conflicts(expected_files(plan))
     cache = stage_cache(progress)
-    calibration = calibration_stage(plan, progress)
+    calibration = calibration_stage(plan, progress, watchdog)
     model = LazyModel(plan.spec, plan.request.trust_weights)
-    with progress.step("evaluation data + float reference") as status:
+    watchdog.params = lambda: model.counts.get("params")  # known once loaded (or from the stage cache)
+    with progress.step(REFERENCE_STEP) as status, watchdog.bounded(REFERENCE_STEP, "reference_s"):
         ref = reference_stage(model, evaluation_data, plan, keys.reference(), cache, plan.out_dir / WORK)
         status["result"] = ref.data.source
     _notices(cache, progress)
     staged = folder.stage()
-    lowered = lower_all(plan, model, progress, calibration, keys, cache, staged, ref.judge)
+    lowered = lower_all(plan, model, progress, calibration, keys, cache, staged, ref.judge, watchdog)
     rows = [eager_row(plan, model, ref)] + [variant_row(staged, item) for item in lowered]
     validate_all(plan, model, ref, lowered, rows, progress,
                  None if plan.request.remeasure else Measurements(cache, keys, plan.profile.latency))
@@ -119,7 +141,7 @@ def unchanged_build(plan: Plan, folder: BuildFolder, key: str) -> Unchanged | No
     sha = folder.sha(RESULTS)
     doc = next((d for d in (folder.incomplete(), folder.manifest())
                 if d is not None and d.build_key == key and d.files.get(RESULTS) == sha), None)
-    if previous.build_key != key or doc is None:
+    if previous.build_key != key or doc is None or not vouched_results(default_cache(), plan.out_dir / RESULTS):
         return None
     listed = [name for name in doc.files if "/" in name]
     for row in previous.variants:
@@ -173,11 +195,11 @@ def _notices(cache: Cache, progress: Progress) -> None:
     cache.notices.clear()
 
 
-def calibration_stage(plan: Plan, progress: Progress) -> Dataset | None:
+def calibration_stage(plan: Plan, progress: Progress, watchdog: Watchdog) -> Dataset | None:
     """Calibration samples, read and checked before the model loads; None when no variant calibrates."""
     if not calibration_variants(plan.profile):
         return None
-    with progress.step("calibration data") as status:
+    with progress.step("calibration data") as status, watchdog.bounded("calibration data", "calibration_s"):
         data = calibration_data(plan.profile, plan.spec, plan.calibration_source)
         status["result"] = data.source
     return data
@@ -193,15 +215,18 @@ def batch_size(model: LazyModel) -> int:
 
 
 def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dataset | None,
-              keys: StageKeys, cache: Cache, staged: Path, judge: TaskJudge) -> list[Lowered]:
+              keys: StageKeys, cache: Cache, staged: Path, judge: TaskJudge, watchdog: Watchdog) -> list[Lowered]:
     """Lower every variant into the staging folder, or restore it there from the stage cache (checked);
     CaptureError when no capture method takes the model at all. ``judge`` reads the float model's
-    outputs for the accuracy budget some quantizers choose by."""
-    capturer = Capturer(model)
+    outputs for the accuracy budget some quantizers choose by; each capture method and each lowering
+    run under the ``watchdog``'s limits."""
+    step = {"label": ""}  # the variant whose step captures (a capture method runs once, for the first that needs it)
+    capturer = Capturer(model, bounded=lambda stage: watchdog.bounded(f"{step['label']}: {stage}", "capture_s"))
     out = []
     provide = (lambda: calibration) if calibration is not None else None
     for variant in plan.profile.variants:
-        with progress.step(f"lower {variant.name} ({variant.backend} {variant.precision})") as status:
+        step["label"] = f"lower {variant.name} ({variant.backend} {variant.precision})"
+        with progress.step(step["label"]) as status:
             key = keys.artifact(variant)
             record = restore_artifact(cache, key, staged / variant.name)
             if record is not None:
@@ -210,7 +235,8 @@ def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dat
             else:
                 budget = CalibrationBudget.of(judge, plan.profile.gates.merged(variant.gates))
                 item = lower_variant(plan.profile, variant, capturer, staged, calibration=provide,
-                                     debug=plan.request.debug, cache=cache, cpus=keys.cpus, budget=budget)
+                                     debug=plan.request.debug, cache=cache, cpus=keys.cpus, budget=budget,
+                                     watchdog=watchdog)
                 if item.error:
                     status.update(warn="1", result=item.error)
                 else:
@@ -273,9 +299,12 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
     # Measurements are reused unless --remeasure (quietly when there is nothing to reuse yet).
     results_path = plan.out_dir / "results.json"
     reuse = plan.request.resume or (not plan.request.remeasure and results_path.exists())
-    previous = previous_results(results_path, reuse, progress)
+    previous = vouched_previous(previous_results(results_path, reuse, progress), results_path,
+                                kept.cache if kept is not None else default_cache(), lambda s: progress.info(escape(s)))
     tasks, reasons = plan_tasks(jobs + sized, plan.devices, plan.out_dir / WORK, previous, current,
                                 kept.get if kept is not None else None)
+    if kept is not None:
+        _notices(kept.cache, progress)   # measurement entries discarded: measured again
     if previous is not None:
         progress.info(reuse_line(tasks, reasons, plan.out_dir / "results.json"))
     cached = [t.label for t in tasks if t.cached]

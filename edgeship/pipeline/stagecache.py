@@ -1,6 +1,6 @@
 """The stage cache: each stage's output kept under a hash of exactly what it was made from.
 
-Four levels, all in :mod:`edgeship.cache` (``artifacts/.cache``, entries written atomically):
+Five levels, all in :mod:`edgeship.cache` (``artifacts/.cache``, entries written atomically):
 
 - **artifact** (per variant): the variant's folder and what lowering learned (``lowered.json``,
   with the artifact's sha256; the entry lists every file's sha256), keyed by the model
@@ -20,10 +20,16 @@ Four levels, all in :mod:`edgeship.cache` (``artifacts/.cache``, entries written
   previous results.json with every file intact, and reuses the whole output without importing
   torch. Measurements are reused from the previous results.json (same artifact sha256, inputs and
   latency settings), else from the measurement entries, unless ``--remeasure``.
+- **results** (this machine only): a signed record of each results.json a build wrote, by its
+  sha256. The previous results.json lies in the user's ``--out`` folder, where anyone who can write
+  there can edit it: it is reused (an unchanged re-build, its measurements) only while it has such a
+  record, i.e. is byte for byte what this machine's edgeship wrote.
 
-Every restore is checked: the entry's files against the sha256 list stored with them, the artifact
-against ``lowered.json`` and the copy against both. A damaged entry is discarded and the stage
-computed again, and the build says so.
+Every restore is checked: the entry's files against the sha256 list stored with them, that list
+against this machine's signature (:mod:`edgeship.machinekey`: an entry edited and its list recomputed
+does not verify), what is read (``lowered.json``, ``latency.json``, the copied variant folder) against
+the signed list, and the artifact against ``lowered.json``. A damaged or unsigned entry is discarded
+and the stage computed again (a measurement measured again), and the build says so.
 
 What is not hashed: modules the entry module imports from elsewhere (their package versions are,
 through the toolchain). Edit one of those and run ``edgeship cache clear`` or ``--remeasure``.
@@ -35,12 +41,12 @@ import hashlib
 import json
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgeship.backends.registry import cpu_dependence, outside_sources, toolchain
-from edgeship.cache import Cache, cache_key
+from edgeship.cache import Cache, CacheEntry, cache_key, file_hashes
 from edgeship.config import ENTRY_PATTERN
 from edgeship.devices.base import Device, Job
 from edgeship.devices.hashing import sha256_file, sha256_path
@@ -50,7 +56,7 @@ from edgeship.fsutil import atomic_write_text, full_disk_is_write_failure, remov
 from edgeship.pipeline.plan import Plan
 from edgeship.profile.models import LatencySettings, Variant
 from edgeship.quantize.settings import needs_calibration
-from edgeship.results import REUSED_FROM_CACHE, Latency, now_utc
+from edgeship.results import REUSED_FROM_CACHE, Latency, Results, now_utc
 
 if TYPE_CHECKING:
     from edgeship.pipeline.lower import LoweredRecord
@@ -59,6 +65,7 @@ if TYPE_CHECKING:
 PACKAGE = Path(__file__).resolve().parent.parent
 LOWERED = "lowered.json"
 MEASUREMENT, MEASURED = "measurement", "latency.json"   # namespace and file of a kept measurement
+WRITTEN = "results"   # namespace of the signed records of the results.json files builds wrote
 SOURCE_SUFFIXES = {".py", ".toml", ".j2", ".html", ".kt", ".swift", ".md", ".txt", ".cpp", ".mjs", ".js", ".java"}
 
 
@@ -154,20 +161,42 @@ class StageKeys:
 def restore_artifact(cache: Cache, key: Mapping[str, object], folder: Path) -> LoweredRecord | None:
     """Copy a cached variant folder to ``folder`` (the build's staging folder), checked: None on a
     miss, or when the entry is damaged (then it is discarded, with a line in ``cache.notices``).
-    ``Cache.get`` has checked every file of the entry; the copy is checked against the artifact's
-    sha256 in lowered.json, so what the build validates is what lowering wrote."""
+    ``Cache.get`` has checked every file of the entry against its signed sha256 list; lowered.json
+    as read and the copy are checked against that list (the entry cannot change between the check
+    and the copy), the artifact against the sha256 in lowered.json: what a runner loads is what
+    lowering wrote on this machine."""
     entry = cache.get("artifact", key, redo="lowering again")
     if entry is None:
         return None
-    record = json.loads((entry.path / LOWERED).read_text())
+    text = _signed_bytes(cache, entry, LOWERED, "lowering again")
+    if text is None:
+        return None
+    record = json.loads(text)
     remove_path(folder)
     with full_disk_is_write_failure(folder):
         shutil.copytree(entry.path / "files", folder)
+    signed = {name.removeprefix("files/"): sha for name, sha in entry.files.items() if name.startswith("files/")}
     copy = folder / record["file"]
-    if copy.exists() and sha256_path(copy) == record["sha256"]:
+    problem = ("the copy differs from the signed sha256 list" if file_hashes(folder) != signed else
+               None if copy.exists() and sha256_path(copy) == record["sha256"] else
+               f"files/{record['file']}: sha256 differs from the one in {LOWERED}")
+    if problem is None:
         return record
     remove_path(folder)
-    cache.discard_damaged(entry, f"files/{record['file']}: sha256 differs from the one in {LOWERED}", "lowering again")
+    cache.discard_damaged(entry, problem, "lowering again")
+    return None
+
+
+def _signed_bytes(cache: Cache, entry: CacheEntry, name: str, redo: str) -> bytes | None:
+    """The bytes of an entry's file ``name`` when they are those its signed list holds; else the entry is
+    discarded (None)."""
+    try:
+        data = (entry.path / name).read_bytes()
+    except OSError:
+        data = None
+    if data is not None and hashlib.sha256(data).hexdigest() == entry.files.get(name):
+        return data
+    cache.discard_damaged(entry, f"{name}: not the file its signed sha256 list holds", redo)
     return None
 
 
@@ -228,11 +257,12 @@ class Measurements:
         """The kept measurement of ``job`` on ``device``, marked as reused; None on a miss."""
         key = self.key(device, job, inputs_sha256, reference_sha256)
         entry = self.cache.get(MEASUREMENT, key, redo="measuring again") if key is not None else None
-        if entry is None:
+        text = _signed_bytes(self.cache, entry, MEASURED, "measuring again") if entry is not None else None
+        if text is None:
             return None
         try:
-            lat = Latency.model_validate_json((entry.path / MEASURED).read_text())
-        except (OSError, ValueError):
+            lat = Latency.model_validate_json(text)
+        except ValueError:
             self.cache.discard_damaged(entry, f"{MEASURED} cannot be read", "measuring again")
             return None
         lat.notes.append(f"{REUSED_FROM_CACHE} at {now_utc()}: measured {lat.measured_at} by an earlier "
@@ -253,3 +283,26 @@ class Measurements:
         def fill(dest: Path) -> None:
             atomic_write_text(dest / MEASURED, kept.model_dump_json(indent=1))
         self.cache.get_or_compute(MEASUREMENT, key, fill)
+
+
+def vouch_results(cache: Cache, path: Path) -> None:
+    """Keep a signed record that this machine's edgeship wrote ``path`` (a results.json) as it is now."""
+    cache.get_or_compute(WRITTEN, {"results.json": sha256_file(path)}, lambda folder: None)
+
+
+def vouched_results(cache: Cache, path: Path) -> bool:
+    """Whether ``path`` is byte for byte a results.json this machine's edgeship wrote (its signed record
+    is in the stage cache)."""
+    return path.is_file() and cache.get(WRITTEN, {"results.json": sha256_file(path)}) is not None
+
+
+def vouched_previous(previous: Results | None, path: Path, cache: Cache, say: Callable[[str], None]
+                     ) -> Results | None:
+    """``previous`` (read from ``path``) when this machine's edgeship wrote it as it is; else None, and
+    ``say`` tells why its measurements are not reused."""
+    if previous is None or vouched_results(cache, path):
+        return previous
+    say(f"{path} is not a results.json this machine's edgeship wrote (changed since, written elsewhere, or "
+        f"by an edgeship before signed results, or the stage cache {cache.root} was cleared): none of its "
+        "measurements is reused; measuring everything")
+    return None

@@ -135,7 +135,8 @@ def reference_stage(model: LazyModel, evaluation: Callable[[Plan], Dataset], pla
 
     def compute(folder: Path) -> None:
         data = evaluation(plan)
-        names, outputs = float_outputs(model.module, data, batch, spec.source)
+        module, _ = model.module, model.params  # counted once loaded: the stage's time limit grows with them
+        names, outputs = float_outputs(module, data, batch, spec.source)
         labels = {} if data.labels is None else {"labels": data.labels}
         np.savez(folder / "reference.npz", **encode_outputs(outputs), **labels)
         np.savez(folder / "eval_inputs.npz", **data.inputs)

@@ -14,11 +14,12 @@ from edgeship.profile.models import (
                                      EvaluationSettings,
                                      Gates,
                                      LatencySettings,
+                                     Limits,
                                      Precision,
                                      Profile,
                                      Variant,
 )
 
 __all__ = ["NAME_PATTERN", "BundleSettings", "CaptureMethod", "CaptureSettings", "DataOverride",
-           "EvaluationSettings", "Gates", "LatencySettings", "Precision", "Profile", "Variant",
+           "EvaluationSettings", "Gates", "LatencySettings", "Limits", "Precision", "Profile", "Variant",
            "load_profile", "resolve_profile_path"]

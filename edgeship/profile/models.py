@@ -11,13 +11,19 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from edgeship.backends.registry import SPECS
-from edgeship.config import PathField, StrictModel, data_source, text_file
+from edgeship.config import MAX_UNCOUNTED, PathField, StrictModel, data_source, text_file
 from edgeship.errors import did_you_mean, one_of
 from edgeship.quantize.settings import CalibrationSettings, Candidates, QuantizationSettings, SelectionSettings
 
 Precision = Literal["fp32", "fp16", "bf16", "int8", "w8"]
 CaptureMethod = Literal["export", "trace", "script"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# Upper bounds of numeric settings: generous for any real use, small enough that no timer, sleep or
+# count overflows (1e10 s overflowed the measure step's timers; signal.alarm takes at most 4.29e9).
+DAY_S = 86_400.0
+MAX_SEED = 2**32 - 1        # numpy's and torch's seeds take it; negative seeds they refuse
+MAX_SAMPLES = 1_000_000
+MAX_DB = 1000.0             # float64 rounding reads ~320 dB; 1000: "identical outputs only" (their SQNR is null)
 
 
 class CaptureSettings(StrictModel):
@@ -31,25 +37,49 @@ class CaptureSettings(StrictModel):
 class LatencySettings(StrictModel):
     """How latency is measured on every device."""
 
-    warmup: int = Field(10, ge=0, description="Untimed inferences before timing starts.")
-    iterations: int = Field(100, ge=1, description="Timed inferences; percentiles come from these.")
-    threads: int | None = Field(None, ge=1, description="Runtime threads; unset: the device's core count.")
-    timeout_s: float = Field(600.0, gt=0, description="Seconds one measurement may take before it is stopped.")
+    warmup: int = Field(10, ge=0, le=1_000_000, description="Untimed inferences before timing starts.")
+    iterations: int = Field(100, ge=1, le=100_000_000, description="Timed inferences; percentiles come from these.")
+    threads: int | None = Field(None, ge=1, le=1024, description="Runtime threads; unset: the device's core count.")
+    timeout_s: float = Field(600.0, gt=0, le=DAY_S,
+                             description="Seconds one measurement may take before it is stopped.")
     max_cv: float | None = Field(
-        0.15, gt=0, description="Flag a measurement whose coefficient of variation (std / mean) is above this; "
+        0.15, gt=0, le=10, description="Flag a measurement whose coefficient of variation (std / mean) is above this; "
                                 "unset: never flag.")
     sizes: Literal["opt", "all"] = Field(
         "opt", description="For a model with dynamic dimensions: time at the opt size only (the min and max sizes "
                            "are run for accuracy), or at min, opt and max.")
     cooldown_s: float = Field(
-        0.0, ge=0, description="Seconds each device rests between two measurements (lets a phone or board cool down).")
+        0.0, ge=0, le=3600, description="Seconds each device rests between two measurements (lets a phone or board "
+                                        "cool down).")
+
+
+class Limits(StrictModel):
+    """Watchdogs on the build's stages (``[limits]``): a stage still running at its limit is stopped and the build
+    with it, naming the stage and its key (exit 2 when it was stuck in the model's or a data source's code, else
+    3); the build folder keeps the last build. Each limit grows with the model once its parameter count is known
+    (from its load on): by ``per_million_params`` of itself per million parameters."""
+
+    capture_s: float = Field(
+        300.0, gt=0, le=DAY_S, description="Seconds each capture method (torch.export, jit.trace, jit.script) may "
+                                           "take, loading the model included when it happens there.")
+    reference_s: float = Field(
+        300.0, gt=0, le=DAY_S, description="Seconds for the evaluation data, loading the model and its float outputs "
+                                           "on every evaluation sample.")
+    calibration_s: float = Field(300.0, gt=0, le=DAY_S, description="Seconds for reading the calibration data.")
+    lowering_s: float = Field(
+        300.0, gt=0, le=DAY_S, description="Seconds each variant's lowering may take after its capture: quantization "
+                                           "(calibration runs included), conversion, compilation, the size checks.")
+    per_million_params: float = Field(
+        0.05, ge=0, le=10, description="Each limit grows by this share of itself per million model parameters (0.05: "
+                                       "resnet18's 11.7 M get 1.6 times the limit, 20 M twice); 0: fixed limits.")
 
 
 class Gates(StrictModel):
     """Validation gates. A variant that fails one is marked and the build exits 3."""
 
-    min_sqnr_db: float | None = Field(None, description="Lowest SQNR (dB) of outputs against the float model.")
-    max_top1_drop: float | None = Field(None, ge=0, description="Largest top-1 drop against float, in points.")
+    min_sqnr_db: float | None = Field(None, ge=-MAX_DB, le=MAX_DB,
+                                      description="Lowest SQNR (dB) of outputs against the float model.")
+    max_top1_drop: float | None = Field(None, ge=0, le=100, description="Largest top-1 drop against float, in points.")
     min_agreement: float | None = Field(
         None, ge=0, le=1, description="Lowest share of samples whose top-1 equals the float model's.")
     min_cosine: float | None = Field(
@@ -71,7 +101,8 @@ class Gates(StrictModel):
     min_spearman_vs_float: float | None = Field(
         None, ge=-1, le=1, description="Task embedding: lowest Spearman rank correlation of all pairwise "
                                        "similarities with the float model's.")
-    max_p50_ms: float | None = Field(None, gt=0, description="Highest p50 latency (ms) on any device measured.")
+    max_p50_ms: float | None = Field(None, gt=0, le=DAY_S * 1000,
+                                     description="Highest p50 latency (ms) on any device measured.")
 
     def merged(self, override: Gates | None) -> Gates:
         """These gates with every field the override sets replaced."""
@@ -83,10 +114,13 @@ class Gates(StrictModel):
 class EvaluationSettings(StrictModel):
     """Which samples accuracy is measured on."""
 
-    samples: int | None = Field(None, ge=1, description="Use at most this many evaluation samples; unset: all.")
+    samples: int | None = Field(
+        None, ge=1, le=MAX_SAMPLES, description="Use at most this many evaluation samples (a module:callable source is "
+                                                "read only that far); unset: all (a callable: at most "
+                                                f"{MAX_UNCOUNTED:,}).")
     random_samples: int = Field(
-        32, ge=1, description="Seeded random inputs used when the model has no evaluation data.")
-    seed: int = Field(0, description="Seed for sampling and for random inputs.")
+        32, ge=1, le=MAX_SAMPLES, description="Seeded random inputs used when the model has no evaluation data.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for sampling and for random inputs.")
 
 
 class DataOverride(StrictModel):
@@ -173,6 +207,7 @@ class Profile(StrictModel):
         default_factory=list, description="Devices (names in the --devices file) to measure on when no --device is "
                                           "given; unset: this machine.")
     bundle: BundleSettings | None = Field(None, description="App bundles to write at the end of a build; unset: none.")
+    limits: Limits = Field(default_factory=Limits, description="Time limits of the build's stages (watchdogs).")
     path: PathField | None = Field(
         None, exclude=True, description="Where the profile was read from (set by the loader).")
 

@@ -17,7 +17,7 @@ variant against its backend's ``QuantizationSupport`` (``profile/checks.py``) be
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, NonNegativeInt
 
@@ -36,10 +36,12 @@ class QuantizationSettings(StrictModel):
     per_channel: bool = Field(True, description="Per-channel weight scales (else one scale per tensor).")
     percentile: float = Field(99.999, gt=50, le=100, description="Percentile kept by the percentile method.")
     samples: int | None = Field(
-        None, ge=1, description="Calibration samples for this variant; unset: the profile's [calibration] samples.")
+        None, ge=1, le=1_000_000,
+        description="Calibration samples for this variant; unset: the profile's [calibration] samples.")
     seed: int | None = Field(
-        None, description="Seed for drawing the calibration samples; unset: the profile's [calibration] seed.")
-    keep_float: NonNegativeInt | Literal["auto"] = Field(
+        None, ge=0, le=2**32 - 1,
+        description="Seed for drawing the calibration samples; unset: the profile's [calibration] seed.")
+    keep_float: Annotated[NonNegativeInt, Field(le=100_000)] | Literal["auto"] = Field(
         0, description="Keep this many of the most sensitive layers in float (static only); \"auto\": the "
                              "fewest, most sensitive first, that make the variant pass its accuracy gates on "
                              "calibration samples (never the evaluation set), at most a quarter of the layers.")
@@ -56,15 +58,17 @@ class Candidates(StrictModel):
 
     per_channel: list[bool] | None = Field(None, min_length=1, description="Per-channel and/or per-tensor weights.")
     method: list[Method] | None = Field(None, min_length=1, description="Calibration methods to try.")
-    keep_float: list[int] | None = Field(
+    keep_float: list[Annotated[int, Field(ge=0, le=100_000)]] | None = Field(
         None, min_length=1, description="Numbers of most sensitive layers kept in float.")
 
 
 class CalibrationSettings(StrictModel):
     """How calibration samples are drawn (the profile's ``[calibration]`` table)."""
 
-    samples: int = Field(128, ge=1, description="Calibration samples drawn (seeded) from the calibration data.")
-    seed: int = Field(0, description="Seed for drawing the samples, and for random inputs when there is no data.")
+    samples: int = Field(128, ge=1, le=1_000_000,
+                         description="Calibration samples drawn (seeded) from the calibration data.")
+    seed: int = Field(0, ge=0, le=2**32 - 1,
+                      description="Seed for drawing the samples, and for random inputs when there is no data.")
 
 
 class SelectionSettings(StrictModel):
@@ -73,9 +77,10 @@ class SelectionSettings(StrictModel):
     select: Literal["fastest-within-budget"] = Field(
         description="fastest-within-budget: the lowest p50 among variants inside the budget.")
     max_top1_drop: float = Field(
-        ge=0, description="Largest top-1 drop against float, in points. Without labels: "
+        ge=0, le=100, description="Largest top-1 drop against float, in points. Without labels: "
                           "agreement >= 1 - max_top1_drop/100 instead.")
-    min_sqnr_db: float | None = Field(None, description="Also require this SQNR (dB) of outputs against float.")
+    min_sqnr_db: float | None = Field(None, ge=-1000, le=1000,
+                                      description="Also require this SQNR (dB) of outputs against float.")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from edgeship.calibration import load_dataset
+from edgeship.calibration.datasets import evaluation_samples
 from edgeship.errors import DataError
+from edgeship.profile import EvaluationSettings
 from edgeship.spec import ModelSpec
 
 SOURCE = """\
@@ -25,6 +27,19 @@ def tensors_with_labels():
 def endless():
     while True:
         yield np.ones((5, 3, 8, 8), np.float32)
+
+READ = []
+
+def counted():
+    while len(READ) < 20_000:  # "never ends": a reader that reads it all fails at the guard, not out of memory
+        READ.append(1)
+        yield np.ones((1, 3, 8, 8), np.float32)
+    raise RuntimeError("read to the end of a source that never ends")
+
+def empty_batches():
+    for _ in range(10_000):  # batches that never add up to a limit (a reader that reads on fails at the end)
+        yield np.ones((0, 3, 8, 8), np.float32)
+    raise RuntimeError("read to the end of a source that never ends")
 
 def wrong_shape():
     return [np.zeros((2, 3, 4, 4), np.float32)]
@@ -70,3 +85,22 @@ def test_callable_failure_is_a_data_error_with_its_message(spec) -> None:
 def test_callable_source_leaves_the_spec_folder_off_sys_path(spec) -> None:
     load_dataset("calibsrc:arrays", spec, "calibration")
     assert str(spec.base_dir) not in sys.path
+
+
+def test_callable_never_ending_is_read_only_up_to_the_evaluation_samples(spec) -> None:
+    sys.modules.pop("calibsrc", None)  # its READ counts from 0
+    data = evaluation_samples("calibsrc:counted", spec, EvaluationSettings(samples=16))
+    assert len(data) == 16 and data.source == "calibsrc:counted (its first 16 samples)"
+    assert len(sys.modules["calibsrc"].READ) == 16  # read lazily: not one batch more than needed
+
+
+def test_callable_never_ending_without_samples_is_refused_at_the_cap(spec) -> None:
+    with pytest.raises(DataError) as e:
+        evaluation_samples("calibsrc:counted", spec, EvaluationSettings())
+    assert str(e.value) == ("data source calibsrc:counted: yields more than 10000 samples (does it ever end?); a "
+                            "data source is read up to the profile's [evaluation] samples: set it to how many to use")
+
+
+def test_callable_batches_without_samples_are_refused(spec) -> None:
+    with pytest.raises(DataError, match=r"calibsrc:empty_batches: batch 0 holds no samples \(shape \[0, 3, 8, 8\]\)"):
+        load_dataset("calibsrc:empty_batches", spec, "calibration", limit=4)

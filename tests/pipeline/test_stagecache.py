@@ -1,6 +1,7 @@
 """The stage cache: unchanged re-builds reuse everything, changes rebuild only what they touch."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -11,17 +12,25 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from edgeship.cache import Cache, cache_key
+from edgeship.cache import Cache, cache_key, signed_listing
 from edgeship.cli import main
 from edgeship.devices.base import Job
 from edgeship.devices.hashing import sha256_path
 from edgeship.devices.local import LocalDevice
-from edgeship.pipeline.stagecache import Measurements, restore_artifact, store_artifact
+from edgeship.pipeline.output import MANIFEST
+from edgeship.pipeline.stagecache import (
+    Measurements,
+    restore_artifact,
+    store_artifact,
+    vouch_results,
+    vouched_results,
+)
 from edgeship.profile.models import LatencySettings
 from edgeship.results import Latency
 from edgeship.store import ResultsStore, default_url
 from tests.conftest import REPO, write_profile
 from tests.models.tinynet import build
+from tests.test_cache import forge
 
 ORT = """
 [[variants]]
@@ -141,13 +150,27 @@ def test_stagecache_entry_whose_artifact_disagrees_with_lowered_json_is_discarde
     cache, key, entry = _stored(tmp_path)
     record = json.loads((entry / "lowered.json").read_text())
     (entry / "files" / "model.onnx").write_bytes(b"other")
-    # the sha256 list agrees with the damage (as if written so): lowered.json's sha256 still catches it
+    # the signed sha256 list agrees with the damage (as if written so): lowered.json's sha256 still catches it
     listing = json.loads((entry / "key.json").read_text())
     listing["files"]["files/model.onnx"] = sha256_path(entry / "files" / "model.onnx")
-    (entry / "key.json").write_text(json.dumps(listing))
+    signed = signed_listing("artifact", entry.name, listing["key"], listing["files"], cache.signer)
+    (entry / "key.json").write_text(json.dumps(signed))
     assert record["sha256"] != listing["files"]["files/model.onnx"]
     assert restore_artifact(cache, key, tmp_path / "staged" / "ort") is None
     assert "sha256 differs from the one in lowered.json" in cache.notices[0]
+
+
+def test_stagecache_forged_artifact_entry_is_lowered_again_not_loaded(tmp_path: Path) -> None:
+    cache, key, entry = _stored(tmp_path)
+    (entry / "files" / "model.onnx").write_bytes(b"a model of someone else's")
+    record = json.loads((entry / "lowered.json").read_text())
+    record["sha256"] = sha256_path(entry / "files" / "model.onnx")
+    forge(entry, "lowered.json", json.dumps(record))  # lowered.json and the sha256 list agree with the forgery
+    assert restore_artifact(cache, key, tmp_path / "staged" / "ort") is None
+    assert not (tmp_path / "staged" / "ort").exists() and not entry.exists()
+    assert cache.notices == [f"stage cache entry artifact/{entry.name} is damaged (key.json does not verify with "
+                             f"this machine's key: changed since edgeship wrote it, or written with another key "
+                             f"than {cache.signer.path}); discarded, lowering again"]
 
 
 @pytest.mark.parametrize("command", ["clear", "info"])
@@ -222,6 +245,20 @@ def test_stagecache_keeps_only_clean_measurements(tmp_path: Path, change: dict) 
     assert kept.get(device, _job(), "in", "ref").p50_ms == 1.0
 
 
+def test_stagecache_forged_measurement_is_measured_again_and_an_honest_one_reused(tmp_path: Path) -> None:
+    kept = Measurements(Cache(tmp_path / "cache"), SimpleNamespace(common={}, model={}), LatencySettings())
+    device = LocalDevice()
+    kept.keep(device, _job(), _latency())
+    entry = next((tmp_path / "cache" / "measurement").iterdir())
+    doc = json.loads((entry / "latency.json").read_text())
+    doc.update(p50_ms=0.001, measured_at="2020-01-01T00:00:00Z")
+    forge(entry, "latency.json", json.dumps(doc))
+    assert kept.get(device, _job(), "in", "ref") is None
+    assert len(kept.cache.notices) == 1 and kept.cache.notices[0].endswith("discarded, measuring again")
+    kept.keep(device, _job(), _latency())
+    assert kept.get(device, _job(), "in", "ref").p50_ms == 1.0
+
+
 def test_stagecache_measurement_is_not_taken_for_another_cpu_file_or_inputs(tmp_path: Path, monkeypatch) -> None:
     kept = Measurements(Cache(tmp_path / "cache"), SimpleNamespace(common={}, model={}), LatencySettings())
     device = LocalDevice()
@@ -233,3 +270,77 @@ def test_stagecache_measurement_is_not_taken_for_another_cpu_file_or_inputs(tmp_
     monkeypatch.setattr(device, "own_cpu", lambda: {"model": "another CPU", "arch": "x86_64", "flags": ["avx2"]})
     later = Measurements(kept.cache, kept.keys, LatencySettings())   # a build on that CPU, the same cache
     assert later.get(device, _job(), "in", "ref") is None
+
+
+def test_stagecache_vouched_results_holds_only_for_the_bytes_this_machine_wrote(tmp_path: Path) -> None:
+    cache, path = Cache(tmp_path / "cache"), tmp_path / "results.json"
+    path.write_text('{"schema": 1}')
+    assert not vouched_results(cache, path)
+    vouch_results(cache, path)
+    assert vouched_results(cache, path) and not vouched_results(cache, tmp_path / "missing.json")
+    path.write_text('{"schema": 1} ')
+    assert not vouched_results(cache, path)
+
+
+FORGED_AT = "2020-01-01T00:00:00Z"
+
+
+def _forge_results(out: Path, manifest: bool) -> None:
+    """Every latency row of the folder's results.json 0.001 ms, every SQNR 250 dB; with ``manifest``,
+    the manifest's sha256 of results.json recomputed too."""
+    doc = json.loads((out / "results.json").read_text())
+    for row in doc["variants"]:
+        for lat in row["latency"]:
+            lat.update(p50_ms=0.001, measured_at=FORGED_AT)
+        if row["accuracy"] and row["accuracy"].get("sqnr_db") is not None:
+            row["accuracy"]["sqnr_db"] = 250.0
+    (out / "results.json").write_text(json.dumps(doc, indent=1))
+    if manifest:
+        files = json.loads((out / MANIFEST).read_text())
+        files["files"]["results.json"] = hashlib.sha256((out / "results.json").read_bytes()).hexdigest()
+        (out / MANIFEST).write_text(json.dumps(files, indent=1))
+
+
+@pytest.mark.parametrize("manifest", [False, True], ids=["measurements-reused", "unchanged-build"])
+def test_stagecache_edited_results_json_is_not_reused_by_the_next_build(capsys, tiny_project, tmp_path,
+                                                                        manifest: bool) -> None:
+    profile, spec, out = write_profile(tmp_path, ORT), tiny_project / "model.toml", tmp_path / "out"
+    _build(capsys, profile, spec, out)
+    _forge_results(out, manifest)
+    code, err, again = _build(capsys, profile, spec, out)
+    said = " ".join(err.split())
+    assert code == 0 and "unchanged since" not in said
+    assert f"{out / 'results.json'} is not a results.json this machine's edgeship wrote" in said
+    assert all(lat["measured_at"] != FORGED_AT and lat["p50_ms"] != 0.001
+               for row in again["variants"] for lat in row["latency"])
+    assert again["variants"][1]["accuracy"]["sqnr_db"] != 250.0
+
+
+def test_stagecache_forged_measurement_entry_is_measured_again_by_the_next_build(capsys, tiny_project, tmp_path,
+                                                                                 monkeypatch) -> None:
+    """The issue's case: a measurement entry edited (SQNR 250 dB, p50 0.001 ms) and its sha256 list
+    recomputed; the next build into a new folder measures again, says so, and a third reuses the honest one."""
+    monkeypatch.setenv("EDGESHIP_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr("edgeship.pipeline.validate.CONTENDED_CPU_LOAD", float("inf"))  # every measurement kept
+    profile, spec = write_profile(tmp_path, ORT), tiny_project / "model.toml"
+    _build(capsys, profile, spec, tmp_path / "one")
+    entries = sorted((tmp_path / "cache" / "measurement").iterdir())
+    assert len(entries) == 2   # the eager row's and ort's
+    for entry in entries:
+        doc = json.loads((entry / "latency.json").read_text())
+        doc.update(p50_ms=0.001, measured_at=FORGED_AT)
+        if doc["accuracy"] and doc["accuracy"].get("sqnr_db") is not None:
+            doc["accuracy"]["sqnr_db"] = 250.0
+        forge(entry, "latency.json", json.dumps(doc))
+    code, err, second = _build(capsys, profile, spec, tmp_path / "two")
+    said = " ".join(err.split())
+    assert code == 0 and said.count("is damaged (key.json does not verify") == 2, said
+    assert said.count("discarded, measuring again") == 2 and "reused from the stage cache" not in said
+    lats = [lat for row in second["variants"] for lat in row["latency"]]
+    assert all(lat["measured_at"] != FORGED_AT and lat["p50_ms"] != 0.001 for lat in lats)
+    assert not any("reused" in n for lat in lats for n in lat["notes"])
+    assert second["variants"][1]["accuracy"]["sqnr_db"] != 250.0
+    code, err, third = _build(capsys, profile, spec, tmp_path / "three")   # the honest entries: reused
+    assert code == 0 and "reused from the stage cache: 2 of 2" in " ".join(err.split())
+    assert [r["latency"][0]["p50_ms"] for r in third["variants"]] == [r["latency"][0]["p50_ms"]
+                                                                      for r in second["variants"]]

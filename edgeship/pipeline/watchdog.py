@@ -1,0 +1,359 @@
+"""Watchdogs on the stages that run code edgeship cannot see into: reading calibration data, the float
+reference (evaluation data, the model's load and forward), each capture method and each variant's
+lowering run under a time limit, the profile's ``[limits]`` (``profile.models.Limits``).
+
+At the limit a watchdog thread stops the processes the stage started (a compiler, a converter's helper)
+and raises ``Stalled`` in the stage's thread: a signal (``WAKE``) interrupts a wait in a system call, and
+its handler raises at the next Python instruction; another thread than the main one gets it as an
+asynchronous exception. ``Stalled`` is a KeyboardInterrupt, so it leaves the stage as Ctrl-C does:
+``except Exception`` in a library or the model does not catch it, every block on the way out cleans up, and
+the build folder keeps the last build. ``run.build`` turns it into ``UserCodeTimeout`` (exit 2) when the
+stage's thread was in user code (the model's or a data source's modules: ``UserCode``), else
+``StageTimeout`` (exit 3); the message names the step, the limit and the key that raises it.
+
+Native code that never returns to Python (a C++ loop, a deadlock) takes no signal. When the stage is still
+there ``GRACE_S`` after its limit, the command (the command line only: a program calling the API keeps its
+process) says so, cleans up as a failed build does, and ends itself with the same exit code. If that code
+holds Python's interpreter lock no thread of Python runs at all: ``faulthandler``'s own C thread then ends
+the process (exit 1) ``STACKS_S`` later, with what stopped and every thread's stack in the build's work
+folder (``.work/watchdog-stacks.txt``; that file exists only while a stage runs).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import faulthandler
+import os
+import signal
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import IO, TYPE_CHECKING
+
+from edgeship import stopping
+from edgeship.errors import EdgeshipError, StageTimeout, UserCodeTimeout
+from edgeship.profile import Limits
+
+if TYPE_CHECKING:
+    from edgeship.pipeline.plan import Plan
+
+WAKE = signal.SIGURG   # ignored by default (a late one harms nothing); nothing else here sends it
+GRACE_S = 3.0          # after a limit: the stage must be gone by then, else the command ends itself
+STACKS_S = 10.0        # after GRACE_S: faulthandler ends a process whose stuck code holds the interpreter lock
+RESEND_S = 0.25        # the signal again until the stage's thread takes it (not while an extension initializes)
+HEARTBEAT_S = 60.0     # a "still running" line this often
+MAX_S = 7 * 86_400.0   # the longest limit, however large the model
+
+
+class Stalled(KeyboardInterrupt):
+    """Raised in the thread of a stage that ran past its limit (``stall``; None until ``bounded`` sets it)."""
+
+    def __init__(self, stall: Stall | None = None) -> None:
+        super().__init__(stall.message() if stall else "a stage ran past its [limits] limit")
+        self.stall = stall
+        self.exit_code = stall.exit_code if stall else StageTimeout.exit_code
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One stage's limit: ``base_s`` from ``[limits] key``, grown with the model's parameter count
+    (``params``: None until known) by ``per_million_params`` of itself per million."""
+
+    stage: str
+    key: str
+    base_s: float
+    per_million_params: float
+    params: Callable[[], int | None]
+    profile: str
+
+    def factor(self) -> float:
+        return 1.0 + self.per_million_params * (self.params() or 0) / 1e6
+
+    def seconds(self) -> float:
+        return min(self.base_s * self.factor(), MAX_S)
+
+    def described(self) -> str:
+        """``[limits] lowering_s = 300 in host.toml, x1.58 for the model's 11.7 M parameters (...)``"""
+        factor = self.factor()
+        grown = (f", x{factor:.2f} for the model's {(self.params() or 0) / 1e6:.1f} M parameters "
+                 f"(per_million_params = {self.per_million_params:g})") if round(factor, 2) != 1.0 else ""
+        return f"[limits] {self.key} = {self.base_s:g} in {self.profile}{grown}"
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A stage that ran past its limit: where its thread was, and whether that was user code."""
+
+    limit: Limit
+    seconds: float
+    user_code: bool
+    where: str
+
+    @property
+    def exit_code(self) -> int:
+        return UserCodeTimeout.exit_code if self.user_code else StageTimeout.exit_code
+
+    def message(self) -> str:
+        what = (f"it was running user code (the model's or a data source's) at {self.where}, which did not return"
+                if self.user_code else f"it was at {self.where}")
+        return (f"the step '{self.limit.stage}' did not finish within {self.seconds:.0f} s "
+                f"({self.limit.described()}): {what}; it was stopped. Raise [limits] {self.limit.key} if it "
+                "needs longer")
+
+    def error(self, outcome: str = "", native: bool = False) -> EdgeshipError:
+        """The error the build ends with: UserCodeTimeout (exit 2) or StageTimeout (exit 3); ``native``: the
+        stage never came back from native code, and the process ends itself."""
+        kind = UserCodeTimeout if self.user_code else StageTimeout
+        ended = "; it did not come back from native code, so edgeship ended its process" if native else ""
+        return kind(self.message() + ended + (f"; {outcome}" if outcome else ""))
+
+
+@dataclass
+class UserCode:
+    """Which source files are user code: the modules (their whole package, installed or not) the model's
+    entry and the data sources name, and any file that is neither edgeship's nor an installed library's
+    (site-packages, the standard library) nor generated (``<frozen ...>``, ``<string>``, torch.fx's code)."""
+
+    entries: list[str] = field(default_factory=list)   # module:callable of the model and the data sources
+
+    def locate(self, frame: FrameType | None) -> tuple[bool, str]:
+        """Whether ``frame`` (a thread's innermost) runs user code: the innermost frame that is not a library's
+        decides, user code or edgeship's; and where (file:line, in function) that frame, or the innermost, is."""
+        named, libraries, own = self._roots(), _library_roots(), _package_root()
+        innermost, called = _first_file(frame), None  # called: the library's function edgeship called
+        while frame is not None:
+            path, written = os.path.realpath(frame.f_code.co_filename), os.path.isabs(frame.f_code.co_filename)
+            if _under(path, own):
+                break
+            if any(_under(path, r) for r in named) or (written and not any(_under(path, r) for r in libraries)):
+                return True, _at(frame)
+            called = frame if written else called
+            frame = frame.f_back
+        if innermost is None:
+            return False, "native code"
+        return False, _at(innermost) + (f", called from {_at(called)}" if called not in (None, innermost) else "")
+
+    def _roots(self) -> list[str]:
+        roots = []
+        for entry in self.entries:
+            module = sys.modules.get(entry.split(":")[0].split(".")[0])
+            path = getattr(module, "__file__", None)
+            if path:
+                roots.append(os.path.realpath(os.path.dirname(path) if path.endswith("__init__.py") else path))
+        return roots
+
+
+def _first_file(frame: FrameType | None) -> FrameType | None:
+    """The innermost frame of code read from a file (not the import system's frozen code), else ``frame``."""
+    found = frame
+    while found is not None and not os.path.isabs(found.f_code.co_filename):
+        found = found.f_back
+    return found or frame
+
+
+def _library_roots() -> list[str]:
+    paths = sysconfig.get_paths()
+    return sorted({os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths})
+
+
+def _package_root() -> str:
+    return os.path.realpath(Path(__file__).resolve().parents[1])
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _at(frame: FrameType) -> str:
+    """``tinynet.py:57 (forward)``; edgeship's and a library's file from its package on (``torch/export/...py``)."""
+    name = frame.f_code.co_filename.replace("\\", "/")
+    own = os.path.dirname(_package_root()).replace("\\", "/") + "/"
+    short = (name.split("site-packages/")[-1] if "site-packages/" in name else
+             name.removeprefix(own) if name.startswith(own + "edgeship/") else os.path.basename(name))
+    return f"{short}:{frame.f_lineno} ({frame.f_code.co_name})"
+
+
+class Watchdog:
+    """The build's stage limits: ``with watchdog.bounded(stage, key):`` runs a stage under ``[limits] key``
+    of ``limits`` (read from ``profile``). ``params``: the model's parameter count once known (the limits
+    grow with it); ``say``: progress lines ("still running"); ``abandon``: cleans up as a failed build does
+    and says what the build folder holds, for the command's last resort (``GRACE_S``)."""
+
+    def __init__(self, limits: Limits, profile: str, code: UserCode, params: Callable[[], int | None] = lambda: None,
+                 say: Callable[[str], None] = print, abandon: Callable[[], str] | None = None,
+                 stacks: Path | None = None) -> None:
+        self.limits, self.profile, self.code, self.params = limits, profile, code, params
+        self.say, self.abandon, self.stacks = say, abandon, stacks
+
+    @contextlib.contextmanager
+    def bounded(self, stage: str, key: str) -> Iterator[None]:
+        """Run the block under the limit ``[limits] key``; Stalled (naming ``stage``) when it runs past it."""
+        watch = _Watch(Limit(stage, key, getattr(self.limits, key), self.limits.per_million_params, self.params,
+                             self.profile), self)
+        with _wakeable(watch):
+            watch.start()
+            try:
+                yield
+            except Stalled as e:
+                if watch.stall is None or e.stall is watch.stall:
+                    raise
+                raise Stalled(watch.stall) from None  # an asynchronous one carries no stall
+            finally:
+                watch.leaving = True  # first: from here on no signal raises (finish must run whole)
+                watch.finish()
+            if watch.stall is not None:  # the stage caught Stalled and went on: it still ran past its limit
+                raise Stalled(watch.stall)
+
+
+class _Watch:
+    """One stage under its limit: the thread that waits for it, fires, and as the last resort ends the command."""
+
+    def __init__(self, limit: Limit, dog: Watchdog) -> None:
+        self.limit, self.dog = limit, dog
+        self.thread = threading.current_thread()    # the stage's
+        self.began = time.monotonic()
+        self.children = stopping.child_pids()       # those running before: not the stage's to stop
+        self.left = threading.Event()               # the stage is over
+        self.lock = threading.Lock()                # no signal is sent once it is over
+        self.stall: Stall | None = None
+        self.taken = False                          # Stalled was raised in the stage's thread (or sent to it)
+        self.leaving = False                        # the stage is over: no Stalled raised in it any more
+        self.hard = stopping.is_installed() and self.thread is threading.main_thread()
+        self.armed = 0.0                            # the limit faulthandler was set for
+        self.stacks: IO[str] | None = None          # the file it writes to
+
+    def start(self) -> None:
+        """Arm the last resort here, in the stage's thread (stuck code holding the interpreter lock from its
+        first instruction on would keep the watchdog thread from ever running), then start that thread."""
+        if self.hard and self.dog.stacks is not None:
+            with contextlib.suppress(OSError):  # no file, no last resort: the rest still holds
+                self.dog.stacks.parent.mkdir(parents=True, exist_ok=True)
+                self.stacks = open(self.dog.stacks, "w")  # open until the stage ends (finish)
+                self.stacks.write(f"edgeship (pid {os.getpid()}): the step '{self.limit.stage}' ran past its limit "
+                                  f"({self.limit.described()}) in native code that held Python's interpreter lock, "
+                                  "so the process was ended (exit 1). Every thread's stack then:\n")
+                self.stacks.flush()
+                self._arm(self.limit.seconds())
+        threading.Thread(target=self._run, name="edgeship-watchdog", daemon=True).start()
+
+    def finish(self) -> None:
+        with self.lock:
+            self.left.set()
+            if self.armed:
+                faulthandler.cancel_dump_traceback_later()
+        if self.stacks is not None:
+            self.stacks.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.stacks.name)
+
+    def _run(self) -> None:
+        if self._wait():
+            self._fire()
+
+    def _wait(self) -> bool:
+        """Wait for the limit (looked at again as it may grow) or the stage's end; a line every HEARTBEAT_S."""
+        beat = HEARTBEAT_S
+        while True:
+            limit, elapsed = self.limit.seconds(), time.monotonic() - self.began
+            self._arm(limit)
+            if elapsed >= limit:
+                return True
+            if self.left.wait(min(limit, beat) - elapsed):
+                return False
+            if beat <= time.monotonic() - self.began < self.limit.seconds():  # at the limit: the stop says it
+                self.dog.say(f"  ... {self.limit.stage}: still running after {beat:.0f} s (stopped at "
+                             f"{self.limit.seconds():.0f} s: [limits] {self.limit.key})")
+                beat += HEARTBEAT_S
+
+    def _arm(self, limit: float) -> None:
+        """faulthandler's last resort (the command line only), for stuck code that holds the interpreter lock."""
+        if self.stacks is None or limit == self.armed:
+            return
+        with self.lock:  # never armed after ``finish`` (it would end the process later, in another stage)
+            if not self.left.is_set():
+                faulthandler.dump_traceback_later(limit + GRACE_S + STACKS_S, exit=True, file=self.stacks)
+                self.armed = limit
+
+    def _fire(self) -> None:
+        user, where = self.dog.code.locate(sys._current_frames().get(self.thread.ident))
+        self.stall = Stall(self.limit, self.limit.seconds(), user, where)
+        deadline = time.monotonic() + GRACE_S
+        for attempt in range(int(GRACE_S / RESEND_S) + 1):
+            with self.lock:
+                if self.left.is_set():
+                    break
+                if not self.taken:
+                    self._wake()
+            if not attempt:  # what the stage started (a compiler it waits for) goes too
+                stopping.stop_children(grace_s=1.0, spare=self.children)
+            if self.left.wait(max(0.0, min(RESEND_S, deadline - time.monotonic()))) or time.monotonic() >= deadline:
+                break
+        if self.hard and not self.left.is_set():
+            self._end_process(self.stall)
+
+    def _wake(self) -> None:
+        if self.leaving:
+            return
+        if self.thread is threading.main_thread():
+            signal.pthread_kill(self.thread.ident, WAKE)
+        else:  # once: raised at the thread's next Python instruction (none comes back from native code)
+            self.taken = True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident), ctypes.py_object(Stalled))
+
+    def _end_process(self, stall: Stall) -> None:
+        """The stage's thread is in native code no signal brings back: say so, clean up as a failed build does,
+        stop every process this one started, and end with the stall's exit code."""
+        outcome = ""
+        with contextlib.suppress(Exception):
+            stopping.stop_children(grace_s=1.0)
+            outcome = self.dog.abandon() if self.dog.abandon else ""
+        with contextlib.suppress(Exception):
+            print(f"edgeship: error: {stall.error(outcome, native=True)}", file=sys.stderr, flush=True)
+        os._exit(stall.exit_code)
+
+
+_active: list[_Watch] = []                        # watches of the main thread, innermost last
+_handler: dict[str, object] = {}                  # "before": WAKE's handler before the first of them
+
+
+@contextlib.contextmanager
+def _wakeable(watch: _Watch) -> Iterator[None]:
+    """WAKE raises Stalled in the main thread while ``watch`` runs there (another thread: nothing to do)."""
+    if watch.thread is not threading.main_thread():
+        yield
+        return
+    if not _active:
+        _handler["before"] = signal.signal(WAKE, _on_wake)
+    _active.append(watch)
+    try:
+        yield
+    finally:
+        _active.remove(watch)
+        if not _active:
+            before = _handler.pop("before")  # None: not set from Python
+            signal.signal(WAKE, signal.SIG_DFL if before is None else before)  # type: ignore[arg-type]
+
+
+def _on_wake(signum: int, frame: FrameType | None) -> None:
+    fired = next((w for w in _active if w.stall is not None and not w.taken and not w.leaving), None)
+    if fired is None or stopping.in_extension_init(frame):  # not ours; or raised here it would abort: sent again
+        return
+    fired.taken = True
+    raise Stalled(fired.stall)
+
+
+def for_plan(plan: Plan, say: Callable[[str], None], abandon: Callable[[], str]) -> Watchdog:
+    """The watchdog of a build: the profile's ``[limits]``; user code (``UserCode``) includes the model's entry
+    module and each callable data source's. ``params`` is for the build to set once the model is."""
+    from edgeship.calibration.datasets import is_callable
+    from edgeship.pipeline.output import WORK
+
+    sources = [s for s in (plan.evaluation_source, plan.calibration_source, plan.sizes_source) if s and is_callable(s)]
+    return Watchdog(plan.profile.limits, str(plan.profile.path or plan.profile.name),
+                    UserCode([e for e in (plan.spec.entry, *sources) if e]), say=say, abandon=abandon,
+                    stacks=plan.out_dir / WORK / "watchdog-stacks.txt")
