@@ -161,7 +161,7 @@ def test_fsutil_atomic_write_refuses_to_replace_a_device_or_a_pipe(tmp_path, kin
     special = tmp_path / "null"
     if kind == "device":
         if os.geteuid() != 0:
-            pytest.skip("making a device node needs root")
+            pytest.skip(system.reason("os", "making a device node needs root"))
         os.mknod(special, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     else:
         os.mkfifo(special)
