@@ -17,7 +17,7 @@ only from this machine, only with this run's token, and gone when the run ends.
 - **No working folder on the workers' path.** ``ray.init`` puts the driver's working folder on every
   worker's ``sys.path``, ahead of the standard library and site-packages, so a ``platform.py`` left
   where the command was started would run in each build task: the driver starts Ray from an empty
-  folder of its own (``empty_working_folder``), for a lab cluster too.
+  folder of its own that lives as long as the cluster (``started_from``), for a lab cluster too.
 
 The environment and Ray's settings read from it are restored when the cluster stops.
 """
@@ -54,7 +54,8 @@ def local_cluster(resources: dict[str, float]) -> Iterator[None]:
     try:
         reload_ray_settings()
         try:
-            with empty_working_folder():
+            os.mkdir(f"{folder}/cwd")
+            with started_from(f"{folder}/cwd"):
                 ray.init(resources=resources, include_dashboard=False, _temp_dir=f"{folder}/ray",
                          logging_level="ERROR", log_to_driver=False)
         except (OSError, RuntimeError, ValueError) as e:  # OSError: a socket path too long under $TMPDIR
@@ -72,17 +73,17 @@ def local_cluster(resources: dict[str, float]) -> Iterator[None]:
 
 
 @contextmanager
-def empty_working_folder() -> Iterator[None]:
-    """The block runs in a new empty 0700 folder, then back where it was: ``ray.init`` adds the
-    working folder to every worker's ``sys.path`` (Ray's ``_py_driver_sys_path``)."""
+def started_from(folder: str) -> Iterator[None]:
+    """The block runs in ``folder`` (an empty one of edgeship's), then back where it was: ``ray.init``
+    adds its working folder to every worker's ``sys.path`` (Ray's ``_py_driver_sys_path``), and the
+    processes it starts (the raylet, the workers it spawns) keep it as theirs, so the folder must
+    outlive the cluster."""
     here = os.getcwd()
-    empty = tempfile.mkdtemp(prefix="edgeship-ray-cwd-")
+    os.chdir(folder)
     try:
-        os.chdir(empty)
         yield
     finally:
         os.chdir(here)
-        os.rmdir(empty)
 
 
 def restore(saved: dict[str, str | None]) -> None:

@@ -105,15 +105,16 @@ def ray_session(address: str, matrix: Matrix) -> Iterator[str]:
         with local_cluster({resource_of(d): 1 for d in matrix.devices if d != "host"}):
             yield f"a local Ray cluster started for this run (on {LOOPBACK} only, token authentication)"
     else:
-        from edgeship.matrix.localray import empty_working_folder
+        from edgeship.matrix.localray import started_from
 
-        try:
-            with empty_working_folder():
-                ray.init(address=None if address == "auto" else address, logging_level="ERROR",
-                         log_to_driver=False)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise MatrixError(f"--ray {address}: cannot join the Ray cluster: {first_line(e)}") from None
-        yield f"the Ray cluster at {address if address != 'auto' else os.environ['RAY_ADDRESS']}"
+        with tempfile.TemporaryDirectory(prefix="edgeship-ray-cwd-") as empty:
+            try:
+                with started_from(empty):
+                    ray.init(address=None if address == "auto" else address, logging_level="ERROR",
+                             log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise MatrixError(f"--ray {address}: cannot join the Ray cluster: {first_line(e)}") from None
+            yield f"the Ray cluster at {address if address != 'auto' else os.environ['RAY_ADDRESS']}"
 
 
 def run_ray(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> list[CellResult]:
