@@ -25,6 +25,7 @@ REFERENCE = "eager"
 
 SCHEMA = 1
 REUSED_FROM_CACHE = "reused from the stage cache"   # how the note of a latency row another build measured begins
+REUSED_BY_RESUME = "reused by build --resume"      # ... of a row kept from the folder's previous results.json
 # The distributions every build's artifacts depend on; each backend adds its own (its spec's toolchain).
 TOOLCHAIN_DISTS = ("torch", "torchvision", "numpy", "edgeship")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "w8")  # DESIGN.md's precision ids (profile.models.Precision)

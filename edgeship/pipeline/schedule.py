@@ -38,7 +38,7 @@ from edgeship.pipeline.validate import (
 )
 from edgeship.profile import LatencySettings
 from edgeship.progress import Progress
-from edgeship.results import DeviceAgreement, Latency, ModelInfo, Results, VariantResult, now_utc
+from edgeship.results import REUSED_BY_RESUME, DeviceAgreement, Latency, ModelInfo, Results, VariantResult, now_utc
 
 Kept = Callable[[Device, Job, str, "str | None"], "Latency | None"]
 
@@ -129,7 +129,7 @@ def reusable(previous: Results, row: VariantResult, device: str, job: Job,
     if (lat.warmup, lat.iterations) != (job.warmup, job.iterations) or (job.threads and lat.threads != job.threads):
         return None, "latency settings changed"
     lat = lat.model_copy(deep=True)
-    lat.notes.append(f"reused by build --resume at {now_utc()} (measured {lat.measured_at})")
+    lat.notes.append(f"{REUSED_BY_RESUME} at {now_utc()} (measured {lat.measured_at})")
     return lat, "reused"
 
 

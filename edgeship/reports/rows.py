@@ -14,12 +14,20 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from edgeship.errors import ReportError
-from edgeship.results import REUSED_FROM_CACHE, SCHEMA, Accuracy, Latency, Results, VariantResult, id_problems
+from edgeship.results import (
+    REUSED_BY_RESUME,
+    REUSED_FROM_CACHE,
+    SCHEMA,
+    Accuracy,
+    Latency,
+    Results,
+    VariantResult,
+    id_problems,
+)
 
 SUPPORTED_SCHEMAS = (SCHEMA,)
 # How the note of a latency row build --resume kept from the folder's previous results.json begins
 # (pipeline/schedule.py's ``reusable``).
-REUSED_BY_RESUME = "reused by build --resume"
 
 
 @dataclass(frozen=True)
