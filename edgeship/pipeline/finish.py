@@ -61,8 +61,9 @@ def record_pending(plan: Plan, folder: BuildFolder, progress: Progress) -> None:
     """Record a build that an earlier run wrote but the results store could not take then."""
     pending = folder.pending()
     if pending is None and (folder.root / UNRECORDED).exists():
-        progress.info(f"{folder.root / UNRECORDED} cannot be read: the build it kept is not recorded in the "
-                      "results database (remove the file to stop this message)")
+        progress.info(f"{folder.root / UNRECORDED} cannot be read, or was not written by this machine's edgeship "
+                      "(changed since, or its key is another): the build it kept is not recorded in the results "
+                      "database (remove the file to stop this message)")
     if pending is not None:
         _record(plan, folder, pending, progress,
                 f"It is the build of {pending.results.created} in {plan.out_dir}, written but not yet recorded "

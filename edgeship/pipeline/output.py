@@ -47,11 +47,13 @@ from edgeship.fsutil import (
     temp_owner,
 )
 from edgeship.locks import Busy, FileLock, describe
+from edgeship.machinekey import machine_key
 from edgeship.results import Results
 
 MANIFEST = ".edgeship-build.json"
 INCOMPLETE = ".edgeship-incomplete.json"
 UNRECORDED = ".edgeship-unrecorded.json"
+SIGNATURE = "hmac"  # UNRECORDED's field: this machine's HMAC-SHA256 of the rest (edgeship.machinekey)
 WORK = ".work"
 STAGED = ".staged"  # variant names start with a letter or digit, so no job folder under .work is called so
 LOCK = ".edgeship-lock"
@@ -355,20 +357,32 @@ class BuildFolder:
     # A build the results store could not take.
 
     def stage_pending(self, build_id: str, database: str, results: Results) -> Pending:
-        """The build, kept as unrecorded until the store takes it (published with the other files)."""
+        """The build, kept as unrecorded until the store takes it (published with the other files), signed
+        by this machine's key: the next build records only what an edgeship here wrote."""
         doc = {"build_id": build_id, "database": database, "results": json.loads(results.dump())}
+        doc[SIGNATURE] = machine_key().sign(_canonical(doc))
         atomic_write_text(self.staged / UNRECORDED, json.dumps(doc, indent=1) + "\n")
         return Pending(build_id, database, results)
 
     def pending(self) -> Pending | None:
+        """The build a run kept as unrecorded, when its file is whole and signed by this machine's key
+        (an edited or planted one would put numbers nothing measured into the results store)."""
         try:
             doc = json.loads((self.root / UNRECORDED).read_text())
+            signature = doc.pop(SIGNATURE, None)
+            if not machine_key().verifies(_canonical(doc), signature):
+                return None
             return Pending(doc["build_id"], doc["database"], Results.model_validate(doc["results"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def clear_pending(self) -> None:
         remove_path(self.root / UNRECORDED)
+
+
+def _canonical(doc: dict[str, Any]) -> bytes:
+    """The bytes a pending build's signature covers."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
 def tree(folder: Path) -> list[str]:

@@ -137,4 +137,24 @@ def test_record_pending_says_when_the_kept_build_cannot_be_read(tmp_path: Path) 
     said: list[str] = []
     plan = SimpleNamespace(store=SimpleNamespace(display_url="sqlite://"), out_dir=tmp_path)
     record_pending(plan, BuildFolder(tmp_path), SimpleNamespace(info=said.append))
-    assert said and "cannot be read: the build it kept is not recorded" in said[0]
+    assert said and "cannot be read, or was not written by this machine's edgeship" in said[0]
+
+
+def test_pending_build_is_taken_only_as_this_machines_edgeship_wrote_it(tmp_path: Path) -> None:
+    """A kept build goes into the results store with the next build: one edited or planted in --out
+    (numbers nothing measured) is not taken, even with every field in place."""
+    from edgeship.pipeline.output import UNRECORDED
+
+    folder = BuildFolder(tmp_path)
+    folder.staged.mkdir(parents=True)
+    results = Results.model_validate_json(_results("a"))
+    folder.stage_pending("b1", "sqlite://", results)
+    (folder.staged / UNRECORDED).rename(tmp_path / UNRECORDED)
+    assert folder.pending() is not None and folder.pending().build_id == "b1"
+    doc = json.loads((tmp_path / UNRECORDED).read_text())
+    doc["results"]["target"] = "forged"
+    (tmp_path / UNRECORDED).write_text(json.dumps(doc))
+    assert folder.pending() is None
+    del doc["hmac"]
+    (tmp_path / UNRECORDED).write_text(json.dumps(doc))
+    assert folder.pending() is None
