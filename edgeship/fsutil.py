@@ -252,3 +252,15 @@ def owner_name(uid: int) -> str:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:
         return f"uid {uid}"
+
+
+@contextlib.contextmanager
+def working_folder(folder: Path | str) -> Iterator[None]:
+    """The block runs with ``folder`` as the process's working folder, then back where it was (for
+    Python 3.10, which has no ``contextlib.chdir``)."""
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)

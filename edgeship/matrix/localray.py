@@ -17,7 +17,8 @@ only from this machine, only with this run's token, and gone when the run ends.
 - **No working folder on the workers' path.** ``ray.init`` puts the driver's working folder on every
   worker's ``sys.path``, ahead of the standard library and site-packages, so a ``platform.py`` left
   where the command was started would run in each build task: the driver starts Ray from an empty
-  folder of its own that lives as long as the cluster (``started_from``), for a lab cluster too.
+  folder of its own that lives as long as the cluster (the raylet and the workers it spawns keep it as
+  their working folder), for a lab cluster too.
 
 The environment and Ray's settings read from it are restored when the cluster stops.
 """
@@ -31,6 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from edgeship.errors import EdgeshipError, first_line
+from edgeship.fsutil import working_folder
 
 LOOPBACK = "127.0.0.1"
 ONE_MACHINE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # Ray's switch for a node IP of 127.0.0.1
@@ -55,7 +57,7 @@ def local_cluster(resources: dict[str, float]) -> Iterator[None]:
         reload_ray_settings()
         try:
             os.mkdir(f"{folder}/cwd")
-            with started_from(f"{folder}/cwd"):
+            with working_folder(f"{folder}/cwd"):  # see the module docstring
                 ray.init(resources=resources, include_dashboard=False, _temp_dir=f"{folder}/ray",
                          logging_level="ERROR", log_to_driver=False)
         except (OSError, RuntimeError, ValueError) as e:  # OSError: a socket path too long under $TMPDIR
@@ -72,18 +74,6 @@ def local_cluster(resources: dict[str, float]) -> Iterator[None]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@contextmanager
-def started_from(folder: str) -> Iterator[None]:
-    """The block runs in ``folder`` (an empty one of edgeship's), then back where it was: ``ray.init``
-    adds its working folder to every worker's ``sys.path`` (Ray's ``_py_driver_sys_path``), and the
-    processes it starts (the raylet, the workers it spawns) keep it as theirs, so the folder must
-    outlive the cluster."""
-    here = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(here)
 
 
 def restore(saved: dict[str, str | None]) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeship.errors import BadInputError, GateFailure, first_line, listing
-from edgeship.fsutil import atomic_output
+from edgeship.fsutil import atomic_output, working_folder
 from edgeship.matrix.outcome import CellResult
 from edgeship.matrix.spec import Cell, Matrix, MatrixError
 from edgeship.store import DEFAULT_PATH, ENV
@@ -105,11 +105,9 @@ def ray_session(address: str, matrix: Matrix) -> Iterator[str]:
         with local_cluster({resource_of(d): 1 for d in matrix.devices if d != "host"}):
             yield f"a local Ray cluster started for this run (on {LOOPBACK} only, token authentication)"
     else:
-        from edgeship.matrix.localray import started_from
-
         with tempfile.TemporaryDirectory(prefix="edgeship-ray-cwd-") as empty:
             try:
-                with started_from(empty):
+                with working_folder(empty):  # ray.init puts it on every worker's sys.path
                     ray.init(address=None if address == "auto" else address, logging_level="ERROR",
                              log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as e:

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from edgeship.errors import StoreError
 from edgeship.store import ResultsStore, upgrade_store
 from tests.store.postgres import write_concurrently
+from tests.store.test_store_revisions import revision_of
 from tests.test_store import _latency, _results
 
 # The tables as edgeship made them before migrations existed (schema 1, metadata.create_all), written
@@ -44,12 +45,6 @@ def _schema_1(url: str) -> None:
     engine.dispose()
 
 
-def _revision(url: str) -> str:
-    engine = sa.create_engine(url)
-    with engine.connect() as conn:
-        value = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar_one()
-    engine.dispose()
-    return value
 
 
 def _upgrades_a_schema_1_database(url: str) -> None:
@@ -59,7 +54,7 @@ def _upgrades_a_schema_1_database(url: str) -> None:
     assert not sa.inspect(engine).has_table("alembic_version")
     engine.dispose()
     upgrade = upgrade_store(url)
-    assert (upgrade.before, upgrade.after) == ("0001", "0004") and _revision(url) == "0004"
+    assert (upgrade.before, upgrade.after) == ("0001", "0004") and revision_of(url) == "0004"
     store = ResultsStore(url)
     old = store.rows()
     assert [(r["build_id"], r["variant"], r["p50_ms"], r["node"], r["emulated"], r["first_inference_ms"],
@@ -75,7 +70,7 @@ def _upgrades_a_schema_1_database(url: str) -> None:
     assert {(r["import_ms"], r["first_inference_ms"], r["rss_over_baseline_mb"])
             for r in new if r["device"] == "board"} == {(210.5, 7.25, 38.5)}
     ResultsStore(url)  # opening it again is a no-op at the head revision
-    assert _revision(url) == "0004" and len(store.rows()) == 3
+    assert revision_of(url) == "0004" and len(store.rows()) == 3
 
 
 def test_a_sqlite_database_of_schema_1_is_upgraded_with_its_rows_kept(tmp_path: Path) -> None:
@@ -115,7 +110,7 @@ def test_six_stores_opening_a_new_postgresql_database_at_once_migrate_it_under_t
     # returned within a minute); with it each opener migrates or finds the head in about a second.
     assert not any(t.is_alive() for t in threads), "openers still migrating after 60 s"
     assert not errors, errors
-    assert _revision(url) == "0004"
+    assert revision_of(url) == "0004"
 
 
 def test_postgresql_takes_eight_concurrent_writers_and_loses_no_row(postgres, record_property) -> None:

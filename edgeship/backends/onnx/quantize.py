@@ -14,12 +14,10 @@ settings. Dynamic quantization (no calibration) covers MatMul and Gemm, as PyTor
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import tempfile
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -27,7 +25,7 @@ from edgeship.backends.fallback import Descent, Rung, descend, recorded, vendor_
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
-from edgeship.fsutil import atomic_output
+from edgeship.fsutil import atomic_output, working_folder
 from edgeship.quantize.autokeep import AutoKeep
 from edgeship.quantize.quantized import Quantized, calibrated
 from edgeship.quantize.scope import choose_scope
@@ -166,7 +164,7 @@ def preprocess(src: Path, dest: Path) -> Descent[Path]:
     src, dest = Path(src).resolve(), Path(dest).resolve()
 
     def run(**skip: bool) -> Path:
-        with working_directory(dest.parent):
+        with working_folder(dest.parent):
             quant_pre_process(str(src), str(dest), **skip)
         return dest
 
@@ -188,15 +186,6 @@ def preprocess_part(error: BaseException) -> str:
     return SYMBOLIC if any(Path(f.filename).name == "symbolic_shape_infer.py" for f in frames) else "pre-processing"
 
 
-@contextlib.contextmanager
-def working_directory(folder: Path) -> Iterator[None]:
-    """Run inside ``folder`` (lowering runs before any measuring thread starts)."""
-    before = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 def calibration_batch(model_path: Path) -> int:
