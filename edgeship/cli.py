@@ -16,10 +16,14 @@ from edgeship.errors import EdgeshipError, GateFailure, os_failure, user_code_ex
 BUILD_EXIT = """exit status:
   0    every variant built, measured where its profile says, and passed (a variant no device here can
        run by design, e.g. a GPU runtime on a machine without that GPU, is marked "not measured here")
-  2    bad input: profile, model spec, weights, data, devices file, user code that exited; an output
-       folder another build is using, with --no-wait
-  3    a gate failed, a variant could not be built, or a runner ended without a result
-  1    the environment (a write the machine refused: the path and the reason) or a bug
+  2    bad input: profile, model spec, weights, data, devices file, user code that exited or ran past
+       its [limits] limit; an output folder another build is using, with --no-wait; a results store
+       of another schema revision (edgeship store upgrade); a state folder or key another user could
+       control
+  3    a gate failed, a variant could not be built, a stage ran past its [limits] limit, or a runner
+       ended without a result
+  1    the environment (a write the machine refused: the path and the reason), native code that held
+       the interpreter past its limit (stacks in .work/watchdog-stacks.txt), or a bug
   130  interrupted (Ctrl-C); 143: SIGTERM; 129: SIGHUP (the terminal closed). The previous build in the
        folder stays as it was."""
 

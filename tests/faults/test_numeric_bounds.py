@@ -59,6 +59,13 @@ def test_profile_every_number_has_an_upper_bound() -> None:
     assert unbounded(Profile) == []
 
 
+def test_backend_options_every_number_has_an_upper_bound() -> None:
+    """A variant's ``options`` are each backend's own model, checked at load like the rest of the profile."""
+    from edgeship.backends.registry import SPECS
+
+    assert [f"{name}: {field}" for name, spec in sorted(SPECS.items()) for field in unbounded(spec.Options)] == []
+
+
 def test_devices_every_number_has_an_upper_bound() -> None:
     assert [w for config in CONFIGS.values() for w in unbounded(config)] == []
 

@@ -47,7 +47,7 @@ class AotiSpec(BackendSpec):
         freezing: bool = Field(True, description="Fold weights into the graph as constants (batch norm into "
                                                  "convolutions, prepacked oneDNN weights).")
         threads: int | None = Field(
-            None, ge=1, description="Threads Inductor's own loops are compiled for; unset: the thread count "
+            None, ge=1, le=1024, description="Threads Inductor's own loops are compiled for; unset: the thread count "
                                     "the runtime sets (omp_get_max_threads, the job's threads).")
         max_autotune: bool = Field(False, description="Let Inductor benchmark kernel choices while compiling "
                                                       "(slower builds).")

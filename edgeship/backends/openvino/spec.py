@@ -72,8 +72,9 @@ class OpenvinoSpec(BackendSpec):
                               "graph NNCF refuses it for, such as one with an If, fast is used, then none, and "
                               "the notes say so).")
         subset_size: int | None = Field(
-            None, ge=1, description="int8: calibration samples NNCF collects statistics on; unset: every sample "
-                                    "of the variant's calibration data ([calibration] samples).")
+            None, ge=1, le=1_000_000,
+            description="int8: calibration samples NNCF collects statistics on; unset: every sample of the variant's "
+                        "calibration data ([calibration] samples).")
         target_device: Literal["ANY", "CPU"] = Field(
             "ANY", description="int8: NNCF's target_device (which layers get quantizers); ANY is NNCF's default.")
         overflow_fix: NNCF_OVERFLOW_FIX | None = Field(  # type: ignore[valid-type]

@@ -37,7 +37,8 @@ class PytorchMobileSpec(BackendSpec):
         """Options of the pytorch-mobile backend."""
 
         bytecode_version: int | None = Field(
-            None, ge=3, description="Bytecode version the app's lite runtime reads; the artifact is backported to it.")
+            None, ge=3, le=99,
+            description="Bytecode version the app's lite runtime reads; the artifact is backported to it.")
         optimize: bool = Field(True, description="Run optimize_for_mobile where this torch build supports it.")
         engine: Literal["qnnpack", "x86", "fbgemm"] = Field(
             "qnnpack", description="Quantized engine int8 variants are built for and run with: qnnpack (ARM "

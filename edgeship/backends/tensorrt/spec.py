@@ -50,16 +50,16 @@ class TensorrtSpec(BackendSpec):
             "10.3", description="TensorRT on the device: 8.5 (JetPack 5.1), 8.6 (JetPack 6.0), 10.3 (JetPack "
                                 "6.1/6.2), 10.7.")
         opset: int | None = Field(
-            None, ge=9, description="ONNX opset; unset: the highest this TensorRT parses, at most 18 (17 needs a "
-                                    "trace capture).")
+            None, ge=9, le=99,
+            description="ONNX opset; unset: the highest this TensorRT parses, at most 18 (17 needs a trace capture).")
         simplify: bool = Field(True, description="Simplify the graph with onnxslim (constant folding, dead nodes).")
-        workspace_mb: int = Field(2048, ge=16, description="Builder workspace memory pool limit, MiB.")
+        workspace_mb: int = Field(2048, ge=16, le=1 << 20, description="Builder workspace memory pool limit, MiB.")
         builder_optimization_level: int | None = Field(
             None, ge=0, le=5, description="TensorRT 8.6+: 0-5; unset: TensorRT's default (3).")
         timing_cache: bool = Field(
             True, description="Keep a timing cache beside the engine so rebuilds on the device are quick.")
         dla_core: int | None = Field(
-            None, ge=0, description="Build for this DLA core (Jetson Orin/Xavier); unset: the GPU.")
+            None, ge=0, le=15, description="Build for this DLA core (Jetson Orin/Xavier); unset: the GPU.")
         gpu_fallback: bool = Field(True, description="With dla_core: let layers DLA cannot run fall back to the GPU.")
 
         @model_validator(mode="after")
