@@ -49,6 +49,7 @@ END_SEARCH_BYTES = 1 << 20       # how far from the end the end record is looked
 MAX_DIRECTORY_BYTES = 64 << 20   # a bundle's central directory: 10,000 entries take ~2 MiB
 STREAMING = "a streaming reader (Java's ZipInputStream, as Android apps use) would read it"
 CHUNK = 1 << 20
+EMPTY_DEFLATE = 2                # bytes of an empty deflate stream (b"\x03\x00")
 RAW_CHUNK = 64 << 10             # compressed bytes fed to zlib at a time (what it cannot take yet is copied)
 
 
@@ -217,6 +218,8 @@ def _central_entry(data: bytes, pos: int, where: str) -> tuple[Entry, int]:
     if k or disk:
         raise BundleError(f"{where}: {'a file comment' if k else f'on disk {disk}'}; edgeship writes none; refused")
     _check_form(flags, method, csize, usize, where)
+    if name.endswith("/") and (usize or csize > EMPTY_DEFLATE):  # a folder's data is never read: nothing may hide there
+        raise BundleError(f"{where}: a folder entry holding {csize:,} bytes; a folder holds none; refused")
     entry = Entry(name, offset, method, csize, usize, crc, flags, external, raw_name=raw, date_time=(date, time))
     return entry, start + n + m + k
 

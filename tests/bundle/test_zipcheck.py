@@ -191,3 +191,18 @@ def test_java_zip_input_stream_reads_exactly_the_checked_files_of_a_bundle_verif
     err = capsys.readouterr().err
     assert f"forged.zip: a local entry '{MODEL}' at offset " in err and "Traceback" not in err
 
+
+
+def test_verify_refuses_a_folder_entry_that_holds_data(bundle: Path, tmp_path: Path) -> None:
+    """A folder's data is read by no check (nothing is extracted from it), so none may be there."""
+    forged = tmp_path / "forged.zip"
+    shutil.copy(bundle, forged)
+    with zipfile.ZipFile(forged) as zin:
+        entries = {n: zin.read(n) for n in zin.namelist()}
+    with zipfile.ZipFile(forged, "w", zipfile.ZIP_DEFLATED) as zout:
+        for name, data in entries.items():
+            zout.writestr(name, data)
+        zout.writestr(zipfile.ZipInfo("models/m/extra/"), EVIL)  # listed, and its bytes never read
+    with pytest.raises(BundleError, match="forged.zip: .*'models/m/extra/': a folder entry holding .* bytes; a folder "
+                                          "holds none"):
+        api.verify_bundle(forged)
