@@ -214,10 +214,24 @@ def private_folder(path: Path, what: str) -> Path:
         raise OutputError(f"{what} {path}: {problem}, so another user could have put files there that edgeship "
                           "would trust; edgeship uses only a real folder, owned by you, that nobody else can write "
                           "to (mode 0700): remove it, or `chmod 700` it if only you ever wrote there")
-    st = os.lstat(path)
-    if st.st_mode & 0o077 and st.st_uid == os.geteuid():
-        os.chmod(path, 0o700)
+    narrow_own_folder(path)
     return path
+
+
+def narrow_own_folder(path: Path) -> None:
+    """Mode 0700 on ``path`` when it is this user's folder and others may read it: changed through a
+    descriptor opened without following a link, so a folder swapped for a link after the check is
+    never what is changed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise OutputError(f"{path}: changed while edgeship checked it ({e.strerror}); run again") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_mode & 0o077 and st.st_uid == os.geteuid():
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 def folder_problem(path: Path) -> str | None:

@@ -170,3 +170,24 @@ def test_fsutil_atomic_write_refuses_to_replace_a_device_or_a_pipe(tmp_path, kin
     mode = os.lstat(special).st_mode
     assert stat.S_ISCHR(mode) if kind == "device" else stat.S_ISFIFO(mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]
+
+
+def test_fsutil_private_folder_never_narrows_what_a_link_swapped_in_after_the_check_points_at(
+        tmp_path, monkeypatch) -> None:
+    import edgeship.fsutil as fsutil
+
+    mine, victim = tmp_path / "state", tmp_path / "victim"
+    mine.mkdir(mode=0o755)
+    victim.mkdir(mode=0o755)
+    checked = fsutil.folder_problem
+
+    def check_then_swap(path):
+        problem = checked(path)
+        mine.rmdir()
+        mine.symlink_to(victim)  # another process, between the check and the chmod
+        return problem
+
+    monkeypatch.setattr(fsutil, "folder_problem", check_then_swap)
+    with pytest.raises(OutputError, match="changed while edgeship checked it"):
+        private_folder(mine, "a folder")
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o755
