@@ -84,6 +84,8 @@ def current(conn: sa.Connection) -> str | None:
 def check(conn: sa.Connection, where: str, *, writing: bool) -> str | None:
     """The revision of the database behind ``conn`` (None: empty). StoreError for a newer edgeship's
     revision, and, when ``writing``, for an older one (naming ``edgeship store upgrade``)."""
+    if writing:
+        _lock(conn, shared=True)
     revision, newest = current(conn), head()
     if revision is not None and revision not in known():
         raise StoreError(f"results database {where}: schema revision {revision} was written by a newer edgeship; "
@@ -140,8 +142,12 @@ def _upgrade_to_head(conn: sa.Connection) -> None:
     command.upgrade(cfg, "head")
 
 
-def _lock(conn: sa.Connection) -> None:
+def _lock(conn: sa.Connection, shared: bool = False) -> None:
+    """On PostgreSQL, the migration lock until ``conn``'s transaction ends: exclusive for a creating or
+    migrating connection, ``shared`` for a writer that checked the revision (so no migration commits
+    between its check and its rows)."""
     import sqlalchemy as sa
 
     if conn.dialect.name == "postgresql":
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+        kind = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+        conn.execute(sa.text(f"SELECT {kind}(:key)"), {"key": MIGRATION_LOCK})

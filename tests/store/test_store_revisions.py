@@ -123,3 +123,25 @@ def test_store_record_refuses_a_database_a_newer_edgeship_upgraded_after_it_was_
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM builds")).scalar_one() == 0
     engine.dispose()
+
+
+def test_store_record_waits_for_a_migration_in_progress_on_postgresql(postgres) -> None:
+    """record() checks the revision, then writes: a migration holding the lock (store upgrade, under
+    pg_advisory_xact_lock) must not commit between the two, so the write waits for it."""
+    import threading
+
+    from edgeship.store_migrations.revisions import MIGRATION_LOCK
+    from tests.test_store import _results
+
+    url = postgres.url()
+    store = ResultsStore(url)
+    engine = sa.create_engine(url)
+    done = threading.Event()
+    with engine.connect() as conn, conn.begin():
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})  # a migration runs
+        writer = threading.Thread(target=lambda: (store.record(_results(), build_id="waits"), done.set()))
+        writer.start()
+        assert not done.wait(1.5), "record() wrote while a migration held the lock"
+    writer.join(30)
+    assert done.is_set() and any(r["build_id"] == "waits" for r in store.rows())
+    engine.dispose()
