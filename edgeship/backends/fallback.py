@@ -12,9 +12,10 @@ alternative for gets more than one rung; ``vendor_step`` is the ladder of one.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -163,6 +164,18 @@ def vendor_step(vendor: str, step: str, run: Callable[[], T]) -> T:
     """``run()``, a vendor step with no documented alternative: its crash becomes a LoweringError
     naming ``vendor``, ``step`` and the operator."""
     return descend(vendor, step, [Rung(step, run)]).value
+
+
+@contextlib.contextmanager
+def told(steps: Sequence[StepDown]) -> Iterator[None]:
+    """The block, after ``steps`` were taken: a LoweringError it raises also names them, so a later
+    failure is read with what had already stepped down (recorded() keeps them only on success)."""
+    try:
+        yield
+    except LoweringError as e:
+        if not steps:
+            raise
+        raise LoweringError(f"{e} (after earlier steps down: {'; '.join(s.note() for s in steps)})") from e
 
 
 def recorded(details: dict[str, Any], steps: Sequence[StepDown]) -> None:

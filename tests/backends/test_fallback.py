@@ -80,3 +80,17 @@ def test_recorded_writes_the_fallbacks_key_only_when_a_step_was_taken() -> None:
     fallback.recorded(details, done.steps)
     assert [r["note"] for r in details["fallbacks"]] == [done.steps[0].note()]
     assert fallback.lifted(details) == {"fallbacks": [done.steps[0].record()]} and details == {}
+
+
+def test_told_names_the_earlier_steps_down_in_a_later_failure() -> None:
+    """A step down recorded only on success would be lost when a later step (quantize_static) fails."""
+    done = descend("ONNX Runtime", "quant_pre_process", [
+        Rung("full", _symbolic_pass, failing="symbolic shape inference"),
+        Rung("without symbolic shape inference", lambda: "model")])
+    with pytest.raises(LoweringError, match=r"quantize_static crashed.*\(after earlier steps down: quant_pre_process: "
+                                            r"symbolic shape inference failed .*; ran without it\)"):
+        with fallback.told(done.steps):
+            vendor_step("ONNX Runtime", "quantize_static", lambda: {}["w"])
+    with pytest.raises(LoweringError) as plain, fallback.told([]):
+        vendor_step("ONNX Runtime", "quantize_static", lambda: {}["w"])
+    assert "after earlier" not in str(plain.value)

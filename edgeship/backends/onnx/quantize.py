@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from edgeship.backends.fallback import Descent, Rung, descend, recorded, vendor_step
+from edgeship.backends.fallback import Descent, Rung, descend, recorded, told, vendor_step
 from edgeship.cache import Cache
 from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
@@ -87,36 +87,38 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
 
     with tempfile.TemporaryDirectory(prefix="edgeship-qdq-") as work:
         prepared = preprocess(Path(fp32_path), Path(work) / "pre.onnx")
-        pre = prepared.value
-        batch = calibration_batch(pre)
-        key = {"kind": "onnxruntime-ranges", "model_sha256": sha256_file(pre),
-               "data_sha256": calibration.fingerprint(), "method": method, "batch": batch,
-               "percentile": percentile if method == "percentile" else None,
-               "onnxruntime": onnxruntime.__version__}
-        compute = lambda folder: calibrate_ranges(pre, calibration, batch, method, percentile, folder / RANGES)  # noqa: E731
-        scope = choose_scope(operators, op_types(pre), "ONNX Runtime's quantize_static")
-        with calibrated(cache, "onnx", key, compute) as (entry, cache_facts):
-            def write(out: Path, exclude: list[str], only: str | None = None) -> None:
-                _quantize_static(pre, out, entry.path / RANGES, method, activations, exclude, only=only,
-                                 op_types=list(LAYER_OPS) if scope.weighted else None, **weights)
+        with told(prepared.steps):
+            pre = prepared.value
+            batch = calibration_batch(pre)
+            key = {"kind": "onnxruntime-ranges", "model_sha256": sha256_file(pre),
+                   "data_sha256": calibration.fingerprint(), "method": method, "batch": batch,
+                   "percentile": percentile if method == "percentile" else None,
+                   "onnxruntime": onnxruntime.__version__}
+            compute = lambda folder: calibrate_ranges(pre, calibration, batch, method, percentile, folder / RANGES)  # noqa: E731
+            scope = choose_scope(operators, op_types(pre), "ONNX Runtime's quantize_static")
+            with calibrated(cache, "onnx", key, compute) as (entry, cache_facts):
+                def write(out: Path, exclude: list[str], only: str | None = None) -> None:
+                    _quantize_static(pre, out, entry.path / RANGES, method, activations, exclude, only=only,
+                                     op_types=list(LAYER_OPS) if scope.weighted else None, **weights)
 
-            def measure(sample: Dataset, size: int) -> list[LayerSensitivity]:
-                write(Path(work) / "all.onnx", [])
-                return layer_sensitivity(pre, Path(work) / "all.onnx", sample, size, Path(work))
+                def measure(sample: Dataset, size: int) -> list[LayerSensitivity]:
+                    write(Path(work) / "all.onnx", [])
+                    return layer_sensitivity(pre, Path(work) / "all.onnx", sample, size, Path(work))
 
-            level = graph_optimization or ("all" if activations == "uint8" else "disabled")
+                level = graph_optimization or ("all" if activations == "uint8" else "disabled")
 
-            def one_layer(sample: Dataset, size: int) -> OneLayerRuns:
-                return one_layer_runs(pre, lambda out, node: write(out, [], node), sample, size, Path(work), level)
+                def one_layer(sample: Dataset, size: int) -> OneLayerRuns:
+                    return one_layer_runs(pre, lambda out, node: write(out, [], node), sample, size, Path(work), level)
 
-            def real(kept: list[str]) -> Outputs:  # every layer quantized but ``kept``, as the artifact is
-                write(Path(work) / "kept.onnx", kept)
-                return run_outputs(Path(work) / "kept.onnx", calibration, batch, level)
+                def real(kept: list[str]) -> Outputs:  # every layer quantized but ``kept``, as the artifact is
+                    write(Path(work) / "kept.onnx", kept)
+                    return run_outputs(Path(work) / "kept.onnx", calibration, batch, level)
 
-            report, excluded = sensitivity_and_fallback(sensitivity, keep_float, calibration, (batch, False),
-                                                        Path(dest).parent, measure, one_layer, AutoKeep(budget, real))
-            with atomic_output(Path(dest)) as out:
-                write(out, excluded)
+                report, excluded = sensitivity_and_fallback(sensitivity, keep_float, calibration, (batch, False),
+                                                            Path(dest).parent, measure, one_layer,
+                                                            AutoKeep(budget, real))
+                with atomic_output(Path(dest)) as out:
+                    write(out, excluded)
     done = Quantized.describe("static", f"ONNX Runtime QDQ {FORMS[activations]}", format="QDQ",
                               activations=activations, method=method, samples=len(calibration),
                               **weights, **scope.details(), kept_float=excluded, sensitivity=report,
@@ -139,7 +141,7 @@ def quantize_dynamic_onnx(fp32_path: Path, dest: Path, *, per_channel: bool = Tr
 
     with tempfile.TemporaryDirectory(prefix="edgeship-dyn-") as work:
         prepared = preprocess(Path(fp32_path), Path(work) / "pre.onnx")
-        with atomic_output(Path(dest)) as out:
+        with told(prepared.steps), atomic_output(Path(dest)) as out:
             vendor_step(ORT, "quantize_dynamic", lambda: quantize_dynamic(
                 str(prepared.value), str(out), op_types_to_quantize=DYNAMIC_OPS, per_channel=per_channel,
                 weight_type=QuantType.QInt8))
