@@ -29,8 +29,18 @@ class Progress:
         _quiet[0] = quiet
 
     def info(self, message: str) -> None:
+        """A line as written: paths, names and notes in it are never read as rich markup (a folder
+        named ``[/x]`` printed as markup ended a build with a MarkupError)."""
         if not self.quiet:
-            console.print(message)
+            console.print(message, markup=False)
+
+    def marked(self, mark: str, message: str) -> None:
+        """``message`` as written, after ``mark`` (edgeship's own markup: a coloured ✓, ✗ or !)."""
+        self._markup(f"{mark} {escape(message)}")
+
+    def _markup(self, text: str) -> None:
+        if not self.quiet:
+            console.print(text)
 
     @contextlib.contextmanager
     def step(self, label: str) -> Iterator[dict[str, str]]:
@@ -47,7 +57,7 @@ class Progress:
         except BaseException as error:
             if spinner:
                 spinner.stop()
-            self.info(f"[red]✗[/red] {escape(label)} [dim]({time.perf_counter() - start:.1f} s)[/dim]")
+            self._markup(f"[red]✗[/red] {escape(label)} [dim]({time.perf_counter() - start:.1f} s)[/dim]")
             if isinstance(error, Exception) or is_interrupt(error):
                 raise
             raise user_code_exit(error, f"the step '{label}'") from error
@@ -55,4 +65,4 @@ class Progress:
             spinner.stop()
         mark = "[yellow]![/yellow]" if status.get("warn") else "[green]✓[/green]"
         extra = f": {escape(status['result'])}" if status.get("result") else ""
-        self.info(f"{mark} {escape(label)}{extra} [dim]({time.perf_counter() - start:.1f} s)[/dim]")
+        self._markup(f"{mark} {escape(label)}{extra} [dim]({time.perf_counter() - start:.1f} s)[/dim]")

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from rich.markup import escape
 
 from edgeship import stopping
 from edgeship.devices import Device, Job
@@ -150,7 +149,7 @@ def _device_worker(queue: list[Task], settings: LatencySettings, progress: Progr
     device = queue[0].device
 
     def waiting(holder: dict) -> None:
-        progress.info(escape(f"  {device.name} is busy ({describe(holder)}); waiting for it"))
+        progress.info(f"  {device.name} is busy ({describe(holder)}); waiting for it")
 
     try:
         for i, task in enumerate(queue):
@@ -160,7 +159,7 @@ def _device_worker(queue: list[Task], settings: LatencySettings, progress: Progr
             task.result = _locked_measure(task, settings, waiting)
             if i and settings.cooldown_s:
                 task.result.latency.notes.append(f"{device.name} rested {settings.cooldown_s:g} s before this run")
-            progress.info(escape(f"  {task.label}: {summary(task.result.latency)}"))
+            progress.info(f"  {task.label}: {summary(task.result.latency)}")
     finally:
         device.close()
 
@@ -208,12 +207,12 @@ def previous_results(path: Path, resume: bool, progress: Progress) -> Results | 
     if not resume:
         return None
     if not path.exists():
-        progress.info(escape(f"resume: no {path} yet; measuring everything"))
+        progress.info(f"resume: no {path} yet; measuring everything")
         return None
     try:
         return Results.read(path)
     except (OSError, ValueError) as e:
-        progress.info(escape(f"resume: {path} cannot be read ({first_line(e)}); measuring everything"))
+        progress.info(f"resume: {path} cannot be read ({first_line(e)}); measuring everything")
         return None
 
 
