@@ -22,17 +22,24 @@ a runtime's usage telemetry sends each event from one) starts with the handlers 
 (telemetry's child, forked while another thread held libc's resolver lock, waits for that lock
 forever) would never act on the SIGTERM its parent's multiprocessing sends it at exit, and the
 command would wait for it at exit forever: an `edgeship build` hung so after its last line.
+
+For the stage watchdog (``pipeline/watchdog.py``): ``progressed`` (a stage's thread says it read or
+evaluated a batch), the processes one thread started (``child_pids``, ``stop_children``), and the
+last resort that ends the command (``end_process``), with what a command that runs several builds
+does first (``before_ending``: a local matrix writes the report of the builds it finished).
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 if TYPE_CHECKING:
     import psutil
@@ -46,6 +53,8 @@ _state = {"deferred": 0, "pending": 0, "since": 0.0, "owed": 0}  # blocks that d
 # when it came, and a signal that came in an extension's initialization and is still to be raised
 _again: list[threading.Timer] = []   # the timers sending that signal again
 _before: dict[int, object] = {}   # while installed: the handlers it replaced
+_progress: dict[int, float] = {}   # thread ident -> when the stage running in it last made progress
+_last_words: list[Callable[[str], int]] = []   # before_ending's actions, innermost last
 
 
 class Cancellable(Protocol):
@@ -138,17 +147,20 @@ def in_extension_init(frame: FrameType | None) -> bool:
     return False
 
 
-def stop_children(grace_s: float = GRACE_S, spare: Collection[int] | None = None) -> None:
+def stop_children(grace_s: float = GRACE_S, spare: Collection[int] | None = None, thread: int | None = None) -> None:
     """Ask running devices to stop their job, then stop every process this one started (and theirs).
-    With ``spare`` (``child_pids()`` when a stage began), only the processes started since, and theirs:
-    what one stage started (a watchdog stopping it), not a Ray cluster the command runs beside."""
+    With ``spare`` (``child_pids(thread)`` when a stage began), only the processes started since by the
+    thread ``thread`` (its native id), and theirs: what one stage started (a watchdog stopping it), not a
+    Ray cluster the command runs beside, nor what other threads started (another build's runners, when a
+    program runs several builds in threads). See ``child_pids`` for where the system cannot tell threads
+    apart."""
     import psutil
 
     for device in list(_running.values()) if spare is None else []:
         with contextlib.suppress(Exception):  # best effort: the local processes go below in any case
             device.cancel()
     try:
-        children = _started(psutil.Process(), spare)
+        children = _started(psutil.Process(), spare, thread)
     except psutil.Error:
         return
     for child in children:
@@ -159,27 +171,43 @@ def stop_children(grace_s: float = GRACE_S, spare: Collection[int] | None = None
             child.kill()
 
 
-def child_pids() -> set[int]:
-    """The processes this one has started and that still run (not theirs)."""
+def child_pids(thread: int | None = None) -> set[int]:
+    """The processes this one has started and that still run (not theirs). With ``thread`` (a native
+    thread id, ``threading.get_native_id()``): those that thread started, from Linux's
+    ``/proc/self/task/<tid>/children``; where the system keeps no such list (macOS, a kernel built without
+    CONFIG_PROC_CHILDREN) every one this process started. A process started by another thread (a
+    library's worker thread) is that thread's; one whose thread has ended belongs to another thread."""
     import psutil
 
+    own = _thread_children(thread) if thread is not None else None
+    if own is not None:
+        return own
     try:
         return {p.pid for p in psutil.Process().children()}
     except psutil.Error:
         return set()
 
 
-def _started(process: psutil.Process, spare: Collection[int] | None) -> list[psutil.Process]:
-    """The processes ``process`` started (but those in ``spare``, when given), and all of theirs."""
+def _thread_children(thread: int) -> set[int] | None:
+    """The processes the thread ``thread`` (native id) of this process started; None where unknown."""
+    try:
+        return {int(pid) for pid in Path(f"/proc/self/task/{thread}/children").read_text().split()}
+    except (OSError, ValueError):
+        return None
+
+
+def _started(process: psutil.Process, spare: Collection[int] | None, thread: int | None = None) -> list[psutil.Process]:
+    """The processes ``process`` started (but those in ``spare``, when given: then only those the thread
+    ``thread`` started, where the system says), and all of theirs."""
     import psutil
 
     if spare is None:
         return process.children(recursive=True)
     found = []
-    for child in process.children():
-        if child.pid not in spare:
-            with contextlib.suppress(psutil.Error):
-                found += [child, *child.children(recursive=True)]
+    for pid in sorted(child_pids(thread) - set(spare)):
+        with contextlib.suppress(psutil.Error):
+            child = psutil.Process(pid)
+            found += [child, *child.children(recursive=True)]
     return found
 
 
@@ -200,6 +228,46 @@ def _still_running(processes: list[psutil.Process], grace_s: float) -> list[psut
         time.sleep(0.02)
         alive = [p for p in alive if running(p)]
     return alive
+
+
+def progressed() -> None:
+    """The stage running in this thread made progress (read or evaluated a batch of data): a watchdog
+    that stops a stage only when it makes none (``pipeline/watchdog.py``: the data reads and the float
+    reference) counts its limit from now. Cheap: called once a batch."""
+    _progress[threading.get_ident()] = time.monotonic()
+
+
+def last_progress(thread: int) -> float:
+    """When the stage in the thread ``thread`` (its ``threading.get_ident()``) last made progress
+    (``time.monotonic()``; 0.0: never)."""
+    return _progress.get(thread, 0.0)
+
+
+@contextlib.contextmanager
+def before_ending(last_words: Callable[[str], int]) -> Iterator[None]:
+    """A command that runs several builds in this process (a local ``edgeship matrix``): should a watchdog
+    end the process in the block (``end_process``), ``last_words(message)`` runs first, with the error that
+    ends it, says what the command finished (the matrix report) and returns the exit status."""
+    _last_words.append(last_words)
+    try:
+        yield
+    finally:
+        _last_words.remove(last_words)
+
+
+def end_process(message: str, exit_code: int) -> NoReturn:
+    """End the command at once (a watchdog's last resort: a stage stuck in native code that no signal
+    brings back): ``message`` as its error, then ``before_ending``'s last words (whose status it exits
+    with), else ``exit_code``. Only for a process that is edgeship's command (``is_installed``)."""
+    with contextlib.suppress(Exception):
+        print(f"edgeship: error: {message}", file=sys.stderr, flush=True)
+    for last_words in reversed(list(_last_words)):
+        with contextlib.suppress(Exception):
+            exit_code = last_words(message)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(exit_code)
 
 
 def check() -> None:

@@ -19,6 +19,7 @@ from typing import TypeGuard, cast
 
 import numpy as np
 
+from edgeship import stopping
 from edgeship.calibration.dataset import Dataset, refuse_non_finite
 from edgeship.config import MAX_UNCOUNTED
 from edgeship.entry import import_entry, importable
@@ -54,6 +55,7 @@ def read_callable(entry: str, spec: ModelSpec, limit: int | None = None, args: t
                     parts[name].append(array)
                 labels += [] if y is None else [y]
                 count += len(arrays[names[0]])
+                stopping.progressed()  # a batch read: the stage's watchdog waits from here
                 if count >= most:
                     break
             if limit is None and (count > most or (count == most and _more(batches))):

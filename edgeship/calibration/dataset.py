@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgeship import stopping
 from edgeship.errors import DataError
 from edgeship.metrics import chunks
 
@@ -81,7 +82,10 @@ def refuse_non_finite(array: np.ndarray, what: str, after: str = "") -> None:
     a = np.asarray(array)
     if not np.issubdtype(a.dtype, np.inexact):
         return
-    bad = sum(int(c.size - np.count_nonzero(np.isfinite(c))) for c in chunks(a))
+    bad = 0
+    for chunk in chunks(a):  # an .npz's samples are read (paged in) here: each chunk is progress
+        bad += int(chunk.size - np.count_nonzero(np.isfinite(chunk)))
+        stopping.progressed()
     if bad:
         nan = sum(int(np.count_nonzero(np.isnan(c))) for c in chunks(a))
         raise DataError(f"{what} holds {bad} non-finite value(s) ({nan} NaN, {bad - nan} inf) of {a.size}{after}; "

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeship import stopping
 from edgeship.calibration.dataset import Dataset, sample_indices
 from edgeship.errors import DataError
 from edgeship.spec import ModelSpec, PreprocessSpec
@@ -106,6 +107,7 @@ def read_image_folder(folder: Path, spec: ModelSpec, limit: int | None = None, s
                             f"per sample (input shape {spec.inputs[0].shape}); set [preprocess] resize/crop/"
                             f"color/layout in the model spec")
         arrays.append(array)
+        stopping.progressed()  # an image read: the stage's watchdog waits from here
     name = spec.inputs[0].name
     return Dataset({name: np.stack(arrays)}, None if labels is None else labels[chosen],
                    f"{folder} ({len(chosen)} of {len(files)} images)")

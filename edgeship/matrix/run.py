@@ -23,10 +23,11 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeship import stopping
 from edgeship.errors import BadInputError, GateFailure, first_line, listing
 from edgeship.fsutil import atomic_output, working_folder
 from edgeship.matrix.outcome import CellResult
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from edgeship.devices import Device
 
 POLL_S = 1.0  # how often the driver looks at the tasks' progress
+LOCAL_ENGINE = "local, one build after another"
 
 
 def default_db() -> str:
@@ -49,12 +51,60 @@ def default_db() -> str:
 
 def run_local(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> list[CellResult]:
     """Each build in turn on this machine, into ``out``."""
-    results = []
-    for cell in matrix.cells():
-        say(f"{cell.label} × {cell.target_name}: building")
-        results.append(build_cell(cell, out / cell.folder, matrix, db, wrap=None))
-        say(line(results[-1]))
-    return results
+    return LocalRun(matrix, out, db, say).run()
+
+
+@dataclass
+class LocalRun:
+    """A matrix built here, one build after another (``run``). Should a build's stage stick in native code,
+    a watchdog ends the process (``stopping.end_process``; nothing can unwind a thread stuck there): that
+    build is failed with the watchdog's message, and the report of the builds finished so far written,
+    before it goes (``ended``)."""
+
+    matrix: Matrix
+    out: Path
+    db: str
+    say: Callable[[str], None]
+    results: list[CellResult] = field(default_factory=list)
+    began: float = field(default_factory=time.perf_counter)
+    cell_began: float = 0.0
+
+    def run(self) -> list[CellResult]:
+        import edgeship.matrix.report  # noqa: F401  loaded now: ``ended`` may run while the main thread is stuck
+
+        with stopping.before_ending(self.ended):
+            for cell in self.matrix.cells():
+                self.say(f"{cell.label} × {cell.target_name}: building")
+                self.cell_began = time.perf_counter()
+                self.results.append(build_cell(cell, self.out / cell.folder, self.matrix, self.db, wrap=None))
+                self.say(line(self.results[-1]))
+        return self.results
+
+    def ended(self, message: str) -> int:
+        """The process ends with ``message`` (a watchdog's, in the build under way): that build failed with it,
+        the matrix report of the builds so far written; the exit status the run has (a build failed: 1)."""
+        cells = self.matrix.cells()
+        if len(self.results) < len(cells):
+            cell, rest = cells[len(self.results)], cells[len(self.results) + 1:]
+            not_built = (f"; the matrix ended with it (the process could not go on), so {len(rest)} build(s) were "
+                         f"not run: {listing(f'{c.label} × {c.target_name}' for c in rest)}") if rest else ""
+            self.results.append(CellResult(cell.label, cell.target_name, cell.folder, "failed",
+                                           round(time.perf_counter() - self.cell_began, 2), message + not_built,
+                                           socket.gethostname()))
+            self.say(line(self.results[-1]))
+        from edgeship.matrix.report import write_matrix_report
+
+        report = write_matrix_report(self.matrix, self.out, self.results, LOCAL_ENGINE,
+                                     time.perf_counter() - self.began)
+        self.say(f"wrote {report} ({len(self.results)} of {len(cells)} builds; the matrix was ended by the watchdog)")
+        return exit_status(self.results)
+
+
+def exit_status(results: list[CellResult]) -> int:
+    """A matrix run's exit status, as ``edgeship matrix`` exits: 0 when every build passed, 3 when one failed
+    its gates, else 1 when one failed."""
+    failed = [r for r in results if r.state != "done"]
+    return max((GateFailure.exit_code if r.state == "gates failed" else 1 for r in failed), default=0)
 
 
 def build_cell(cell: Cell, dest: Path, matrix: Matrix, db: str, wrap: Callable[[Device], Device] | None) -> CellResult:
@@ -275,7 +325,7 @@ def run_matrix(matrix: Matrix, out: Path, ray: str | None = None, db: str | None
     ResultsStore(db)  # a bad URL or an unreachable server fails before the first build (StoreError)
     began = time.perf_counter()
     if ray is None:
-        engine = "local, one build after another"
+        engine = LOCAL_ENGINE
         results = run_local(matrix, out, db, say)
     else:
         with ray_session(ray, matrix) as engine:

@@ -1,10 +1,15 @@
 """Watchdogs on the stages that run code edgeship cannot see into: reading calibration data, the float
 reference (evaluation data, the model's load and forward), each capture method and each variant's
-lowering run under a time limit, the profile's ``[limits]`` (``profile.models.Limits``).
+lowering run under a time limit, the profile's ``[limits]`` (``profile.models.Limits``). Capture and
+lowering (one call into a vendor's converter) get the limit for the whole stage; the data reads and the
+float reference, whose work grows with the number of samples, get it between two signs of progress
+(``stopping.progressed``: a batch read or evaluated), so a big evaluation set is never stopped while it
+moves, and a forward that never returns still is, one limit after the last batch.
 
-At the limit a watchdog thread stops the processes the stage started (a compiler, a converter's helper)
-and raises ``Stalled`` in the stage's thread: a signal (``WAKE``) interrupts a wait in a system call, and
-its handler raises at the next Python instruction; another thread than the main one gets it as an
+At the limit a watchdog thread stops the processes the stage's thread started (a compiler, a converter's
+helper) and raises ``Stalled`` in the stage's thread: a signal (``WAKE``) interrupts a wait in a system
+call, and its handler raises at the next Python instruction (not in this module's or contextlib's code,
+where a stage that is ending is: sent again instead); another thread than the main one gets it as an
 asynchronous exception. ``Stalled`` is a KeyboardInterrupt, so it leaves the stage as Ctrl-C does:
 ``except Exception`` in a library or the model does not catch it, every block on the way out cleans up, and
 the build folder keeps the last build. ``run.build`` turns it into ``UserCodeTimeout`` (exit 2) when the
@@ -13,10 +18,12 @@ stage's thread was in user code (the model's or a data source's modules: ``UserC
 
 Native code that never returns to Python (a C++ loop, a deadlock) takes no signal. When the stage is still
 there ``GRACE_S`` after its limit, the command (the command line only: a program calling the API keeps its
-process) says so, cleans up as a failed build does, and ends itself with the same exit code. If that code
-holds Python's interpreter lock no thread of Python runs at all: ``faulthandler``'s own C thread then ends
-the process (exit 1) ``STACKS_S`` later, with what stopped and every thread's stack in the build's work
-folder (``.work/watchdog-stacks.txt``; that file exists only while a stage runs).
+process) says so, cleans up as a failed build does, and ends itself with the same exit code
+(``stopping.end_process``; a local ``edgeship matrix`` first fails that build and writes the report of
+the builds it finished). If that code holds Python's interpreter lock no thread of Python runs at all:
+``faulthandler``'s own C thread then ends the process (exit 1) ``STACKS_S`` later, with what stopped and
+every thread's stack in the build's work folder (``.work/watchdog-stacks.txt``, made new, mode 0600,
+never through a link; that file exists only while a stage runs).
 """
 from __future__ import annotations
 
@@ -93,6 +100,7 @@ class Stall:
     seconds: float
     user_code: bool
     where: str
+    progress: bool = False  # the limit was the time allowed without progress (a batch read or evaluated)
 
     @property
     def exit_code(self) -> int:
@@ -101,9 +109,10 @@ class Stall:
     def message(self) -> str:
         what = (f"it was running user code (the model's or a data source's) at {self.where}, which did not return"
                 if self.user_code else f"it was at {self.where}")
-        return (f"the step '{self.limit.stage}' did not finish within {self.seconds:.0f} s "
-                f"({self.limit.described()}): {what}; it was stopped. Raise [limits] {self.limit.key} if it "
-                "needs longer")
+        late = (f"made no progress (no batch of data read or evaluated) for {self.seconds:.0f} s" if self.progress
+                else f"did not finish within {self.seconds:.0f} s")
+        return (f"the step '{self.limit.stage}' {late} ({self.limit.described()}): {what}; it was stopped. "
+                f"Raise [limits] {self.limit.key} if it needs longer")
 
     def error(self, outcome: str = "", native: bool = False) -> EdgeshipError:
         """The error the build ends with: UserCodeTimeout (exit 2) or StageTimeout (exit 3); ``native``: the
@@ -182,7 +191,8 @@ class Watchdog:
     """The build's stage limits: ``with watchdog.bounded(stage, key):`` runs a stage under ``[limits] key``
     of ``limits`` (read from ``profile``). ``params``: the model's parameter count once known (the limits
     grow with it); ``say``: progress lines ("still running"); ``abandon``: cleans up as a failed build does
-    and says what the build folder holds, for the command's last resort (``GRACE_S``)."""
+    and says what the build folder holds, for the command's last resort (``GRACE_S``); ``stacks``: the file
+    the last resort for stuck code holding the interpreter lock writes every thread's stack to."""
 
     def __init__(self, limits: Limits, profile: str, code: UserCode, params: Callable[[], int | None] = lambda: None,
                  say: Callable[[str], None] = print, abandon: Callable[[], str] | None = None,
@@ -191,21 +201,23 @@ class Watchdog:
         self.say, self.abandon, self.stacks = say, abandon, stacks
 
     @contextlib.contextmanager
-    def bounded(self, stage: str, key: str) -> Iterator[None]:
-        """Run the block under the limit ``[limits] key``; Stalled (naming ``stage``) when it runs past it."""
+    def bounded(self, stage: str, key: str, progress: bool = False) -> Iterator[None]:
+        """Run the block under the limit ``[limits] key``; Stalled (naming ``stage``) when it runs past it.
+        ``progress``: the limit is the time allowed without progress (``stopping.progressed``), not for the
+        whole block."""
         watch = _Watch(Limit(stage, key, getattr(self.limits, key), self.limits.per_million_params, self.params,
-                             self.profile), self)
+                             self.profile), self, progress)
         with _wakeable(watch):
-            watch.start()
             try:
-                yield
-            except Stalled as e:
-                if watch.stall is None or e.stall is watch.stall:
-                    raise
-                raise Stalled(watch.stall) from None  # an asynchronous one carries no stall
+                watch.start()
+                try:
+                    yield
+                except Stalled as e:
+                    if watch.stall is None or e.stall is watch.stall:
+                        raise
+                    raise Stalled(watch.stall) from None  # an asynchronous one carries no stall
             finally:
-                watch.leaving = True  # first: from here on no signal raises (finish must run whole)
-                watch.finish()
+                watch.finish()  # again in _wakeable's finally: an exception may cut this one short
             if watch.stall is not None:  # the stage caught Stalled and went on: it still ran past its limit
                 raise Stalled(watch.stall)
 
@@ -213,75 +225,94 @@ class Watchdog:
 class _Watch:
     """One stage under its limit: the thread that waits for it, fires, and as the last resort ends the command."""
 
-    def __init__(self, limit: Limit, dog: Watchdog) -> None:
-        self.limit, self.dog = limit, dog
+    def __init__(self, limit: Limit, dog: Watchdog, progress: bool = False) -> None:
+        self.limit, self.dog, self.progress = limit, dog, progress
         self.thread = threading.current_thread()    # the stage's
+        self.native = threading.get_native_id()     # the same, as the system knows it (its child processes)
         self.began = time.monotonic()
-        self.children = stopping.child_pids()       # those running before: not the stage's to stop
+        self.children = stopping.child_pids(self.native)  # those it started before: not the stage's to stop
         self.left = threading.Event()               # the stage is over
         self.lock = threading.Lock()                # no signal is sent once it is over
         self.stall: Stall | None = None
         self.taken = False                          # Stalled was raised in the stage's thread (or sent to it)
         self.leaving = False                        # the stage is over: no Stalled raised in it any more
         self.hard = stopping.is_installed() and self.thread is threading.main_thread()
-        self.armed = 0.0                            # the limit faulthandler was set for
-        self.stacks: IO[str] | None = None          # the file it writes to
+        self.armed = 0.0                            # the deadline faulthandler was set for
+        self.stacks: _StacksFile | None = None      # the file it writes to
 
     def start(self) -> None:
         """Arm the last resort here, in the stage's thread (stuck code holding the interpreter lock from its
         first instruction on would keep the watchdog thread from ever running), then start that thread."""
         if self.hard and self.dog.stacks is not None:
-            with contextlib.suppress(OSError):  # no file, no last resort: the rest still holds
-                self.dog.stacks.parent.mkdir(parents=True, exist_ok=True)
-                self.stacks = open(self.dog.stacks, "w")  # open until the stage ends (finish)
-                self.stacks.write(f"edgeship (pid {os.getpid()}): the step '{self.limit.stage}' ran past its limit "
-                                  f"({self.limit.described()}) in native code that held Python's interpreter lock, "
-                                  "so the process was ended (exit 1). Every thread's stack then:\n")
-                self.stacks.flush()
-                self._arm(self.limit.seconds())
+            self.stacks = _StacksFile.open(self.dog.stacks)  # None: no last resort; the rest still holds
+            if self.stacks is not None:
+                self.stacks.file.write(f"edgeship (pid {os.getpid()}): the step '{self.limit.stage}' ran past its "
+                                       f"limit ({self.limit.described()}) in native code that held Python's "
+                                       "interpreter lock, so the process was ended (exit 1). Every thread's stack "
+                                       "then:\n")
+                self.stacks.file.flush()
+                self._arm(self.deadline())
         threading.Thread(target=self._run, name="edgeship-watchdog", daemon=True).start()
 
     def finish(self) -> None:
+        """The stage is over: nothing is sent to its thread any more, the last resort is disarmed and its file
+        removed. Idempotent: ``bounded`` calls it on its way out twice, should an exception (a signal's)
+        come between the stage's end and the first call."""
+        self.leaving = True
         with self.lock:
             self.left.set()
             if self.armed:
                 faulthandler.cancel_dump_traceback_later()
-        if self.stacks is not None:
-            self.stacks.close()
-            with contextlib.suppress(OSError):
-                os.unlink(self.stacks.name)
+                self.armed = 0.0
+        stacks, self.stacks = self.stacks, None
+        if stacks is not None:
+            stacks.remove()
+
+    def deadline(self) -> float:
+        """When the stage is past its limit (``time.monotonic()``): the limit (looked at again: it may grow)
+        after the stage began, or for a stage that reports progress, after its last progress."""
+        since = max(self.began, stopping.last_progress(self.thread.ident or 0)) if self.progress else self.began
+        return since + self.limit.seconds()
 
     def _run(self) -> None:
         if self._wait():
             self._fire()
 
     def _wait(self) -> bool:
-        """Wait for the limit (looked at again as it may grow) or the stage's end; a line every HEARTBEAT_S."""
+        """Wait for the deadline (looked at again, as it moves) or the stage's end; a line every HEARTBEAT_S."""
         beat = HEARTBEAT_S
         while True:
-            limit, elapsed = self.limit.seconds(), time.monotonic() - self.began
-            self._arm(limit)
-            if elapsed >= limit:
+            deadline = self.deadline()
+            self._arm(deadline)
+            now = time.monotonic()
+            if now >= deadline:
                 return True
-            if self.left.wait(min(limit, beat) - elapsed):
+            if self.left.wait(min(deadline, self.began + beat) - now):
                 return False
-            if beat <= time.monotonic() - self.began < self.limit.seconds():  # at the limit: the stop says it
-                self.dog.say(f"  ... {self.limit.stage}: still running after {beat:.0f} s (stopped at "
-                             f"{self.limit.seconds():.0f} s: [limits] {self.limit.key})")
+            if self.began + beat <= time.monotonic() < self.deadline():  # at the deadline: the stop says it
+                self.dog.say(f"  ... {self.limit.stage}: still running after {beat:.0f} s ({self._stops_at()}: "
+                             f"[limits] {self.limit.key})")
                 beat += HEARTBEAT_S
 
-    def _arm(self, limit: float) -> None:
-        """faulthandler's last resort (the command line only), for stuck code that holds the interpreter lock."""
-        if self.stacks is None or limit == self.armed:
+    def _stops_at(self) -> str:
+        if self.progress:
+            return f"stopped after {self.limit.seconds():.0f} s without progress"
+        return f"stopped at {self.limit.seconds():.0f} s"
+
+    def _arm(self, deadline: float) -> None:
+        """faulthandler's last resort (the command line only), for stuck code that holds the interpreter lock:
+        the process ends ``GRACE_S + STACKS_S`` after ``deadline``."""
+        if self.stacks is None or deadline == self.armed:
             return
         with self.lock:  # never armed after ``finish`` (it would end the process later, in another stage)
             if not self.left.is_set():
-                faulthandler.dump_traceback_later(limit + GRACE_S + STACKS_S, exit=True, file=self.stacks)
-                self.armed = limit
+                later = max(0.0, deadline - time.monotonic()) + GRACE_S + STACKS_S
+                faulthandler.dump_traceback_later(later, exit=True, file=self.stacks.file)
+                self.armed = deadline
 
     def _fire(self) -> None:
-        user, where = self.dog.code.locate(sys._current_frames().get(self.thread.ident))
-        self.stall = Stall(self.limit, self.limit.seconds(), user, where)
+        user, where = self.dog.code.locate(sys._current_frames().get(self.thread.ident or 0))
+        self.stall = Stall(self.limit, self.limit.seconds(), user, where, self.progress)
         deadline = time.monotonic() + GRACE_S
         for attempt in range(int(GRACE_S / RESEND_S) + 1):
             with self.lock:
@@ -289,8 +320,8 @@ class _Watch:
                     break
                 if not self.taken:
                     self._wake()
-            if not attempt:  # what the stage started (a compiler it waits for) goes too
-                stopping.stop_children(grace_s=1.0, spare=self.children)
+            if not attempt:  # what the stage's thread started (a compiler it waits for) goes too
+                stopping.stop_children(grace_s=1.0, spare=self.children, thread=self.native)
             if self.left.wait(max(0.0, min(RESEND_S, deadline - time.monotonic()))) or time.monotonic() >= deadline:
                 break
         if self.hard and not self.left.is_set():
@@ -300,32 +331,72 @@ class _Watch:
         if self.leaving:
             return
         if self.thread is threading.main_thread():
-            signal.pthread_kill(self.thread.ident, WAKE)
+            signal.pthread_kill(self.thread.ident or 0, WAKE)
         else:  # once: raised at the thread's next Python instruction (none comes back from native code)
             self.taken = True
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident), ctypes.py_object(Stalled))
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread.ident or 0),
+                                                       ctypes.py_object(Stalled))
 
     def _end_process(self, stall: Stall) -> None:
-        """The stage's thread is in native code no signal brings back: say so, clean up as a failed build does,
-        stop every process this one started, and end with the stall's exit code."""
+        """The stage's thread is in native code no signal brings back: stop every process this one started,
+        clean up as a failed build does, and end the command with the stall's error (``stopping.end_process``:
+        a local matrix first writes the report of the builds it finished)."""
         outcome = ""
         with contextlib.suppress(Exception):
             stopping.stop_children(grace_s=1.0)
             outcome = self.dog.abandon() if self.dog.abandon else ""
-        with contextlib.suppress(Exception):
-            print(f"edgeship: error: {stall.error(outcome, native=True)}", file=sys.stderr, flush=True)
-        os._exit(stall.exit_code)
+        stopping.end_process(str(stall.error(outcome, native=True)), stall.exit_code)
+
+
+@dataclass
+class _StacksFile:
+    """The last resort's file, in a folder opened without following a link (``folder``: its descriptor, kept
+    to remove the file by), made new: never a file or a link already there."""
+
+    folder: int
+    name: str
+    file: IO[str]
+
+    @classmethod
+    def open(cls, path: Path) -> _StacksFile | None:
+        """The new file at ``path`` (mode 0600); None when it cannot be made (a link, a file already there)."""
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            fd = os.open(path.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=folder)
+        except OSError:
+            os.close(folder)
+            return None
+        return cls(folder, path.name, os.fdopen(fd, "w"))
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            self.file.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.name, dir_fd=self.folder)
+        with contextlib.suppress(OSError):
+            os.close(self.folder)
 
 
 _active: list[_Watch] = []                        # watches of the main thread, innermost last
 _handler: dict[str, object] = {}                  # "before": WAKE's handler before the first of them
+_ENDING = {os.path.realpath(__file__), os.path.realpath(contextlib.__file__)}  # where a stage that ends is
 
 
 @contextlib.contextmanager
 def _wakeable(watch: _Watch) -> Iterator[None]:
-    """WAKE raises Stalled in the main thread while ``watch`` runs there (another thread: nothing to do)."""
+    """WAKE raises Stalled in the main thread while ``watch`` runs there (another thread: nothing to do);
+    ``watch`` is finished on the way out, whatever came in between."""
     if watch.thread is not threading.main_thread():
-        yield
+        try:
+            yield
+        finally:
+            watch.finish()
         return
     if not _active:
         _handler["before"] = signal.signal(WAKE, _on_wake)
@@ -333,6 +404,7 @@ def _wakeable(watch: _Watch) -> Iterator[None]:
     try:
         yield
     finally:
+        watch.finish()
         _active.remove(watch)
         if not _active:
             before = _handler.pop("before")  # None: not set from Python
@@ -341,10 +413,16 @@ def _wakeable(watch: _Watch) -> Iterator[None]:
 
 def _on_wake(signum: int, frame: FrameType | None) -> None:
     fired = next((w for w in _active if w.stall is not None and not w.taken and not w.leaving), None)
-    if fired is None or stopping.in_extension_init(frame):  # not ours; or raised here it would abort: sent again
-        return
+    if fired is None or _ending(frame) or stopping.in_extension_init(frame):
+        return  # not ours; or raised here it would cut the stage's end short, or abort: sent again
     fired.taken = True
     raise Stalled(fired.stall)
+
+
+def _ending(frame: FrameType | None) -> bool:
+    """Whether the main thread is in this module's or contextlib's code (a stage that is ending: an
+    exception raised there would skip ``_Watch.finish``, and the last resort would stay armed)."""
+    return frame is not None and os.path.realpath(frame.f_code.co_filename) in _ENDING
 
 
 def for_plan(plan: Plan, say: Callable[[str], None], abandon: Callable[[], str]) -> Watchdog:

@@ -63,9 +63,10 @@ class Limits(StrictModel):
         300.0, gt=0, le=DAY_S, description="Seconds each capture method (torch.export, jit.trace, jit.script) may "
                                            "take, loading the model included when it happens there.")
     reference_s: float = Field(
-        300.0, gt=0, le=DAY_S, description="Seconds for the evaluation data, loading the model and its float outputs "
-                                           "on every evaluation sample.")
-    calibration_s: float = Field(300.0, gt=0, le=DAY_S, description="Seconds for reading the calibration data.")
+        300.0, gt=0, le=DAY_S, description="Seconds the evaluation data, loading the model and its float outputs may "
+                                           "go without progress (a batch read or evaluated, the model loaded).")
+    calibration_s: float = Field(
+        300.0, gt=0, le=DAY_S, description="Seconds reading the calibration data may go without a batch read.")
     lowering_s: float = Field(
         300.0, gt=0, le=DAY_S, description="Seconds each variant's lowering may take after its capture: quantization "
                                            "(calibration runs included), conversion, compilation, the size checks.")

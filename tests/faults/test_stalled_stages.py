@@ -42,6 +42,20 @@ class _NeverReturns(TinyNet):
 
 def never_returns():
     return _NeverReturns()
+
+
+class _Slow(TinyNet):
+    def forward(self, x):
+        import sys
+        import time
+
+        if "edgeship.pipeline.run" in sys.modules:  # the build's float reference, not the runner timing it
+            time.sleep(0.15)  # a big model on a big evaluation set, in small: each batch within the limit
+        return super().forward(x)
+
+
+def slow():
+    return _Slow()
 '''
 DATA = '''
 def never_yields():
@@ -53,7 +67,7 @@ def never_yields():
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    """The tiny model, with ``tinynet:never_returns`` and ``stuckdata:never_yields`` beside it."""
+    """The tiny model, with ``tinynet:never_returns``, ``tinynet:slow`` and ``stuckdata:never_yields`` beside it."""
     folder = make_tiny_project(tmp_path / "project")
     (folder / "tinynet.py").write_text((folder / "tinynet.py").read_text() + STUCK)
     (folder / "stuckdata.py").write_text(textwrap.dedent(DATA))
@@ -124,10 +138,11 @@ def test_stall_in_forward_exits_2_naming_the_step_and_keeps_the_earlier_build(pr
     before = earlier_build(tmp_path / "out")
     code, err, _ = build(tmp_path, project, "[limits]\nreference_s = 12\n", entry="tinynet:never_returns")
     assert code == 2, err[-2000:]
-    assert ("edgeship: error: the step 'evaluation data + float reference' did not finish within 12 s ([limits] "
-            f"reference_s = 12 in {tmp_path / 'testhost.toml'}): it was running user code (the model's or a data "
-            "source's) at tinynet.py:") in err and "(forward), which did not return; it was stopped. Raise [limits] "\
-           f"reference_s if it needs longer; the previous build in {tmp_path / 'out'} is untouched" in err, err
+    assert ("edgeship: error: the step 'evaluation data + float reference' made no progress (no batch of data read "
+            f"or evaluated) for 12 s ([limits] reference_s = 12 in {tmp_path / 'testhost.toml'}): it was running user "
+            "code (the model's or a data source's) at tinynet.py:") in err, err
+    assert ("(forward), which did not return; it was stopped. Raise [limits] reference_s if it needs longer; the "
+            f"previous build in {tmp_path / 'out'} is untouched") in err, err
     assert step_seconds(err, "evaluation data + float reference") < 12 + 2
     assert "Traceback" not in err and contents(tmp_path / "out") == before
 
@@ -136,10 +151,20 @@ def test_stall_in_a_data_source_exits_2_naming_the_step(project, tmp_path) -> No
     int8 = ONNX.replace("fp32", "int8") + '[data]\ncalibration = "stuckdata:never_yields"\n'
     code, err, _ = build(tmp_path, project, "[limits]\ncalibration_s = 2\n", variants=int8)
     assert code == 2, err[-2000:]
-    assert "the step 'calibration data' did not finish within 2 s ([limits] calibration_s = 2" in err
+    assert "the step 'calibration data' made no progress (no batch of data read or evaluated) for 2 s ([limits] " \
+        "calibration_s = 2" in err
     assert "running user code (the model's or a data source's) at stuckdata.py:" in err, err
     assert step_seconds(err, "calibration data") < 2 + 2
     assert "Traceback" not in err and not (tmp_path / "out").exists()
+
+
+def test_float_reference_that_makes_progress_runs_past_its_limit(project, tmp_path) -> None:
+    """Its 24 batches take 3.6 s, each 0.15 s: a limit of 2.5 s between two batches stops nothing. Before, the
+    limit was for the whole step: exit 2, "did not return", for a forward that returned 24 times."""
+    code, err, _ = build(tmp_path, project, "[limits]\nreference_s = 2.5\n", entry="tinynet:slow")
+    assert code == 0, err[-2000:]
+    took = float(re.search(r"✓ evaluation data \+ float reference: .* \(([\d.]+) s\)", err)[1])
+    assert took > 3.6 and "made no progress" not in err
 
 
 def test_stall_in_a_converter_exits_3_and_stops_its_helper_process(project, tmp_path) -> None:

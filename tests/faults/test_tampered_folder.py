@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,29 @@ def test_faults_bundle_copies_only_checked_files_of_the_folder(built, capsys, fi
     err = " ".join(capsys.readouterr().err.split())
     assert said.format(file=file, out=out) in err and "Traceback" not in err, err
     assert {p: p.read_bytes() for p in out.glob("*.zip")} == zips
+
+
+def test_build_writes_nothing_through_links_planted_in_its_work_folder(tmp_path, capsys) -> None:
+    """A link at ``--out/.work/watchdog-stacks.txt``, or ``--out/.work`` itself a link to another folder, put
+    there before a build (a shared folder, a CI cache): the build makes ``.work`` new (mode 0700) and writes
+    nothing where they point. Before, the watchdog's stacks file overwrote the linked file (as root: any
+    file), and the evaluation inputs landed in the linked folder."""
+    project = make_tiny_project(tmp_path / "tiny")
+    profile = write_profile(tmp_path, ORT)
+    victim, elsewhere = tmp_path / "victim.txt", tmp_path / "elsewhere"
+    victim.write_text("precious data\n")
+    elsewhere.mkdir()
+    (elsewhere / "thesis.tex").write_text("the user's\n")
+    (tmp_path / "out" / ".work").mkdir(parents=True)
+    (tmp_path / "out" / ".work" / "watchdog-stacks.txt").symlink_to(victim)
+    (tmp_path / "out2").mkdir()
+    (tmp_path / "out2" / ".work").symlink_to(elsewhere)
+    for out in (tmp_path / "out", tmp_path / "out2"):
+        assert main(["build", "--target", str(profile), "--model", str(project / "model.toml"), "--out", str(out),
+                     "--db", f"sqlite:///{tmp_path / 'r.db'}"]) == 0, capsys.readouterr().err
+    assert victim.read_text() == "precious data\n"
+    assert [p.name for p in elsewhere.iterdir()] == ["thesis.tex"] and (elsewhere / "thesis.tex").read_text() == \
+        "the user's\n"
+    for out in (tmp_path / "out", tmp_path / "out2"):
+        work = (out / ".work").lstat()
+        assert stat.S_ISDIR(work.st_mode) and stat.S_IMODE(work.st_mode) == 0o700

@@ -156,3 +156,36 @@ def test_matrix_md_shows_model_target_device_and_variant_names_as_written(tmp_pa
     literal = " ".join(model.split()).replace("<", "&lt;").replace(">", "&gt;")
     assert html.count(literal) == 3 and f"<td>{target}</td>" in html and "ort_[link](http://e) (onnx fp32)" in html
     assert ">0.001*</td>" in html and "* not measured by this run" in html
+
+
+def test_matrix_locally_reports_its_finished_builds_when_a_stall_in_native_code_ends_it(tmp_path, tiny_project) -> None:
+    """A build stuck in native code (tests.faults.stall_at native: the ONNX lowering deadlocks) ends the
+    process, which nothing can unwind; before it goes, that build is failed with the watchdog's message, the
+    builds after it are named as not run, and matrix.json and matrix.md hold the builds finished before.
+    Before, the process ended at once: no matrix report at all."""
+    import os
+    import subprocess
+    import sys
+
+    fast = "[latency]\nwarmup = 1\niterations = 3\nthreads = 1\n[evaluation]\nsamples = 8\n"
+    (tmp_path / "lite.toml").write_text(fast + MOBILE)
+    (tmp_path / "stuck.toml").write_text(fast + "[limits]\nlowering_s = 2\n" + ONNX)
+    (tmp_path / "later.toml").write_text(fast + MOBILE)
+    path = tmp_path / "matrix.toml"
+    path.write_text(f'models = ["{tiny_project / "model.toml"}"]\ntargets = ["lite.toml", "stuck.toml", "later.toml"]\n'
+                    'devices = ["host"]\n')
+    out = tmp_path / "out"
+    env = {**os.environ, "EDGESHIP_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "tests.faults.stall_at", "native", str(tmp_path), "matrix", str(path),
+                           "--out", str(out), "--db", f"sqlite:///{tmp_path / 'r.db'}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "the step 'lower ort (onnx fp32)' did not finish within 2 s" in proc.stderr, proc.stderr[-2000:]
+    report = json.loads((out / "matrix.json").read_text())
+    assert [(b["target"], b["state"]) for b in report["builds"]] == [("lite", "done"), ("stuck", "failed")]
+    error = report["builds"][1]["error"]
+    assert "did not come back from native code, so edgeship ended its process" in error
+    assert error.endswith("the matrix ended with it (the process could not go on), so 1 build(s) were not run: "
+                          "tiny × later")
+    assert "tiny × stuck: failed: the step" in (out / "matrix.md").read_text()
+    assert "wrote " in proc.stdout and (out / "lite" / "tiny" / "results.json").exists()

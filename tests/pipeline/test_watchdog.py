@@ -95,3 +95,124 @@ def test_user_code_is_code_not_installed_and_the_modules_the_spec_names() -> Non
     assert user and where.startswith("test_watchdog.py:") and "(test_user_code_is_code_not_installed" in where
     user, where = UserCode(["copy:deepcopy"]).locate(frame)  # a model whose entry is an installed module
     assert user and where.startswith("copy.py:")
+
+
+def test_watchdog_stacks_file_is_made_new_and_private_never_through_a_link(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(stopping, "is_installed", lambda: True)  # the command line's last resort is armed
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious data\n")
+    stacks = tmp_path / ".work" / "watchdog-stacks.txt"
+    stacks.parent.mkdir()
+    made = Watchdog(Limits(lowering_s=30), "p.toml", UserCode(), stacks=tmp_path / "made" / "watchdog-stacks.txt")
+    with made.bounded("lower x (onnx fp32)", "lowering_s"):
+        mode = (tmp_path / "made" / "watchdog-stacks.txt").stat().st_mode & 0o777
+    assert mode == 0o600 and not (tmp_path / "made" / "watchdog-stacks.txt").exists()
+    stacks.symlink_to(victim)  # planted in --out/.work before the build
+    with Watchdog(Limits(lowering_s=30), "p.toml", UserCode(), stacks=stacks).bounded("lower x", "lowering_s"):
+        pass
+    assert victim.read_text() == "precious data\n"
+
+
+def test_watchdog_signal_handler_never_raises_in_a_stage_that_is_ending(monkeypatch) -> None:
+    import contextlib
+
+    watch = wd._Watch(Limit("s", "lowering_s", 1.0, 0.0, lambda: None, "p.toml"), dog())
+    watch.stall = wd.Stall(watch.limit, 1.0, False, "here")
+    monkeypatch.setattr(wd, "_active", [watch])
+
+    @contextlib.contextmanager
+    def entered():
+        yield sys._getframe(1)  # contextlib's __enter__, as the main thread is when a stage's with ends
+    with entered() as in_contextlib:
+        pass
+    in_watchdog = dog().bounded("s", "lowering_s").gen.gi_frame  # watchdog.py's bounded
+    for frame in (in_contextlib, in_watchdog):
+        try:
+            wd._on_wake(wd.WAKE, frame)  # not raised: sent again 0.25 s later
+        except Stalled:  # a KeyboardInterrupt: let out, it would stop the test session
+            pytest.fail(f"Stalled raised in {frame.f_code.co_filename}")
+    with pytest.raises(Stalled):
+        wd._on_wake(wd.WAKE, sys._getframe())
+
+
+def test_watchdog_disarms_its_last_resort_when_an_exception_cuts_a_stages_end_short(monkeypatch, tmp_path) -> None:
+    armed: list[float] = []
+    monkeypatch.setattr(wd, "faulthandler", type("F", (), {
+        "dump_traceback_later": staticmethod(lambda timeout, **_: armed.append(timeout)),
+        "cancel_dump_traceback_later": staticmethod(armed.clear)}))
+    monkeypatch.setattr(stopping, "is_installed", lambda: True)
+    ended: list[object] = []
+    monkeypatch.setattr(wd._Watch, "_end_process", lambda self, stall: ended.append(stall))
+    monkeypatch.setattr(wd, "GRACE_S", 0.2)
+    body_done = {"now": False}
+
+    def trace(frame, event, _arg):  # a signal's exception, at the first line of watchdog.py after the stage
+        if body_done["now"] and event == "line" and frame.f_code.co_filename == wd.__file__:
+            body_done["now"] = False
+            raise KeyboardInterrupt("came as the stage ended")
+        return trace
+    before = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        with pytest.raises(KeyboardInterrupt), Watchdog(Limits(lowering_s=0.3), "p.toml", UserCode(),
+                                                        stacks=tmp_path / "stacks.txt").bounded("s", "lowering_s"):
+            body_done["now"] = True
+    finally:
+        sys.settrace(before)
+    time.sleep(0.3 + 0.2 + 0.3)  # past the limit and the grace: a watch left armed would end the process now
+    assert armed == [] and ended == [] and not (tmp_path / "stacks.txt").exists()
+
+
+def test_watchdog_stops_only_what_its_stages_thread_started_when_builds_run_in_threads() -> None:
+    import subprocess
+    import threading
+
+    ready, done, others, caught = threading.Event(), threading.Event(), [], []
+
+    def other_build() -> None:  # another build's measuring thread: its runner starts while the stage runs
+        ready.wait(5)
+        others.append(subprocess.Popen(["sleep", "60"]))
+        done.wait(10)
+
+    def stage() -> None:
+        try:
+            with dog(limit_s=0.8).bounded("lower x (onnx fp32)", "lowering_s"):
+                ready.set()
+                subprocess.run(["sleep", "60"])  # its converter's helper, which never ends
+        except Stalled as e:
+            caught.append(e)
+    threads = [threading.Thread(target=other_build), threading.Thread(target=stage)]
+    for thread in threads:
+        thread.start()
+    threads[1].join(10)
+    try:
+        assert caught and others and others[0].poll() is None  # the stage stopped; the other build's runner runs
+    finally:
+        done.set()
+        for process in others:
+            process.kill()
+            process.wait()
+        threads[0].join()
+
+
+def test_watchdog_lets_a_stage_that_makes_progress_run_past_its_limit() -> None:
+    start = time.monotonic()
+    with dog(limit_s=0.5).bounded("evaluation data + float reference", "reference_s", progress=True):
+        for _ in range(12):  # 1.2 s of batches, each well within the limit
+            time.sleep(0.1)
+            stopping.progressed()
+    assert time.monotonic() - start > 1.0
+
+
+def test_watchdog_stops_a_stage_one_limit_after_its_last_progress_saying_so() -> None:
+    start = time.monotonic()
+    with pytest.raises(Stalled) as caught, dog(limit_s=1.0).bounded("evaluation data + float reference",
+                                                                     "reference_s", progress=True):
+        for _ in range(6):
+            time.sleep(0.1)
+            stopping.progressed()
+        spin()  # a forward that never returns
+    assert 1.5 < time.monotonic() - start < 2.6
+    assert str(caught.value.stall.error()).startswith(
+        "the step 'evaluation data + float reference' made no progress (no batch of data read or evaluated) for "
+        "1 s ([limits] reference_s = 1 in p.toml): it was running user code")
