@@ -10,7 +10,11 @@ refused when another user could write there), the file 0600. A key file there al
 it is the user's own, not a link and not open to group or others (OutputError, exit 2, naming it,
 otherwise): anyone who can read the key can sign.
 Where no key file can be kept (no home folder, a read-only one), the process uses a key of its own: it
-signs what this process keeps, so nothing from earlier builds verifies, and ``problem`` says why.
+signs what this process keeps, so nothing from earlier builds is reused, and ``problem`` says why.
+
+Documents (a stage-cache entry's listing, a build kept as unrecorded) are signed over one canonical
+form (``sign_document``: JSON with sorted keys, no whitespace). ``key_id`` names a key without telling
+anything of it: the stage cache keeps each key's entries apart by it.
 """
 from __future__ import annotations
 
@@ -19,17 +23,21 @@ import errno
 import functools
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from edgeship.errors import OutputError
 from edgeship.fsutil import private_folder
 
 KEY_NAME = "cache.key"
 KEY_BYTES = 32
+KEY_ID_CHARS = 16   # of the key id, in hex: 64 bits
 CONFIG_ENV = "XDG_CONFIG_HOME"
 
 
@@ -48,6 +56,26 @@ class MachineKey:
     def verifies(self, message: bytes, signature: object) -> bool:
         """Whether ``signature`` is this key's for ``message`` (compared in constant time)."""
         return isinstance(signature, str) and hmac.compare_digest(self.sign(message), signature)
+
+    def sign_document(self, doc: Mapping[str, Any]) -> str:
+        """The signature of a JSON document (a dict of JSON values), over its canonical form: sorted
+        keys, no whitespace, so the same document signs the same however it was laid out on disk."""
+        return self.sign(canonical(doc))
+
+    def verifies_document(self, doc: Mapping[str, Any], signature: object) -> bool:
+        """Whether ``signature`` is this key's for the JSON document ``doc`` (:meth:`sign_document`)."""
+        return self.verifies(canonical(doc), signature)
+
+    @functools.cached_property
+    def key_id(self) -> str:
+        """A short name for this key, the same for every process holding it and telling nothing of the
+        secret (an HMAC of a fixed label): the stage cache keeps each key's entries under it."""
+        return self.sign(b"edgeship: the name of this key")[:KEY_ID_CHARS]
+
+
+def canonical(doc: Mapping[str, Any]) -> bytes:
+    """The bytes a document's signature covers: its JSON with sorted keys and no whitespace."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def key_path() -> Path:

@@ -1,6 +1,7 @@
 """This machine's key for the stage cache: made on first use, private to the user, refused otherwise."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from edgeship.errors import OutputError
-from edgeship.machinekey import key_path, machine_key
+from edgeship.machinekey import MachineKey, key_path, machine_key
 
 
 @pytest.fixture
@@ -84,3 +85,34 @@ def test_machine_key_is_the_processes_own_when_none_can_be_kept(tmp_path: Path, 
     first, second = machine_key(), machine_key()
     assert first.path is None and "no machine key could be kept" in first.problem
     assert first.secret == second.secret and first.verifies(b"x", second.sign(b"x"))
+
+
+def test_machine_key_signs_a_document_whatever_its_layout_and_names_itself_without_the_secret() -> None:
+    key, other = MachineKey(b"k" * 32), MachineKey(b"o" * 32)
+    signature = key.sign_document({"b": [1, 2], "a": {"y": 1, "x": "z"}})
+    assert key.verifies_document(json.loads('{"a": {"x": "z", "y": 1},\n "b": [1, 2]}'), signature)
+    assert not key.verifies_document({"a": {"x": "z", "y": 2}, "b": [1, 2]}, signature)
+    assert not other.verifies_document({"b": [1, 2], "a": {"y": 1, "x": "z"}}, signature)
+    assert re.fullmatch(r"[0-9a-f]{16}", key.key_id) and key.key_id == MachineKey(b"k" * 32).key_id != other.key_id
+    assert key.key_id not in (b"k" * 32).hex()
+
+
+def test_machine_key_document_signature_is_the_one_the_stage_cache_and_the_unrecorded_build_carry(
+        tmp_path: Path, config: Path) -> None:
+    """One signing of JSON documents (``MachineKey.sign_document``) for every signed file edgeship keeps."""
+    from edgeship.cache import Cache
+    from edgeship.pipeline.output import UNRECORDED, BuildFolder
+    from edgeship.results import ModelInfo, Results
+
+    key = machine_key()
+    entry = Cache(tmp_path / "cache", key).get_or_compute("ns", {"k": 1}, lambda f: (f / "a.txt").write_text("a"))
+    listing = json.loads((entry.path / "key.json").read_text())
+    signature = listing.pop("hmac")
+    assert signature == key.sign_document({"entry": f"ns/{entry.path.name}", "listing": listing})
+    folder = BuildFolder(tmp_path / "out")
+    folder.staged.mkdir(parents=True)
+    model = ModelInfo(name="m", entry="m:b", inputs=[], params=1)
+    results = Results(target="t", created="2026-01-01T00:00:00Z", model=model, toolchain={}, variants=[])
+    folder.stage_pending("b1", "sqlite://", results)
+    kept = json.loads((folder.staged / UNRECORDED).read_text())
+    assert kept.pop("hmac") == key.sign_document(kept)

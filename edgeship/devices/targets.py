@@ -41,9 +41,10 @@ def device_cpu(device: Device, cache: Cache) -> dict[str, object]:
     if own is not None:
         return own
     key = {"kind": "device-cpu", "device": device.name, "transport": device.transport, "address": device.address}
-    entry = cache.get(NAMESPACE, key, redo="probing the device again")
-    if entry is not None:
-        return json.loads((entry.path / FACTS_FILE).read_text())
+    kept = cache.read(NAMESPACE, key, lambda entry: json.loads(entry.read_bytes(FACTS_FILE)),
+                      redo="probing the device again")
+    if kept is not None:
+        return kept
     facts = probed_cpu(device)
     if facts.get("source", "unknown") != "unknown" and not facts.get("error"):
         text = json.dumps(facts, sort_keys=True)

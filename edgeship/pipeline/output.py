@@ -116,9 +116,9 @@ class BuildFolder:
     @contextlib.contextmanager
     def held(self, wait: bool, say: Callable[[str], None], made: list[Path], clean: bool = True) -> Iterator[None]:
         """The folder for this build alone until the block ends: waits while another build holds it
-        (``say`` tells whose), or raises OutputError when ``wait`` is False. When the block raises,
-        this build's ``.work`` goes (``clean``: a build's; ``edgeship bundle`` has none), and the
-        folders it ``made`` (innermost first) go when nothing else is in them."""
+        (``say`` tells whose), or raises OutputError when ``wait`` is False. A build's (``clean``;
+        ``edgeship bundle`` has none) ``.work`` is made new once the folder is held (``own_work``) and goes
+        when the block raises; so do the folders it ``made`` (innermost first) when nothing else is in them."""
 
         def waiting(info: dict[str, Any]) -> None:
             say(f"waiting for the build {describe(info)} that is using {self.root} (--no-wait: stop instead)")
@@ -130,6 +130,8 @@ class BuildFolder:
             raise OutputError(f"{self.root} is in use by another build ({describe(e.holder)}) and --no-wait was "
                               "given; nothing was changed") from None
         try:
+            if clean:
+                self.own_work()
             yield
         except BaseException:
             if clean:
@@ -138,6 +140,21 @@ class BuildFolder:
         finally:
             lock.__exit__()
             self.remove_made(made)
+
+    def own_work(self) -> None:
+        """``.work`` made new, edgeship's own: whatever stood there goes (a killed build's leftovers; a link,
+        removed as the link it is, never followed; anything put there), and a new folder only this user may
+        enter (mode 0700) takes its place. What the build writes there (the watchdog's stacks, the evaluation
+        inputs, the device jobs) then cannot be sent through a link planted in ``--out`` onto another file.
+        Nothing outside ``.work`` is touched."""
+        work = self.root / WORK
+        remove_path(work)  # shutil.rmtree removes the links inside a folder, never what they point to
+        try:
+            with full_disk_is_write_failure(work):
+                os.mkdir(work, 0o700)
+        except FileExistsError:
+            raise OutputError(f"{work}: edgeship's work folder could not be made new (what is in it could not all be "
+                              "removed, or something was put there again at once); remove it and run again") from None
 
     def abandon(self, made: list[Path]) -> None:
         """What a failed build's ``held`` block does on its way out, for a process that must end without
@@ -360,7 +377,7 @@ class BuildFolder:
         """The build, kept as unrecorded until the store takes it (published with the other files), signed
         by this machine's key: the next build records only what an edgeship here wrote."""
         doc = {"build_id": build_id, "database": database, "results": json.loads(results.dump())}
-        doc[SIGNATURE] = machine_key().sign(_canonical(doc))
+        doc[SIGNATURE] = machine_key().sign_document(doc)
         atomic_write_text(self.staged / UNRECORDED, json.dumps(doc, indent=1) + "\n")
         return Pending(build_id, database, results)
 
@@ -370,7 +387,7 @@ class BuildFolder:
         try:
             doc = json.loads((self.root / UNRECORDED).read_text())
             signature = doc.pop(SIGNATURE, None)
-            if not machine_key().verifies(_canonical(doc), signature):
+            if not machine_key().verifies_document(doc, signature):
                 return None
             return Pending(doc["build_id"], doc["database"], Results.model_validate(doc["results"]))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -378,11 +395,6 @@ class BuildFolder:
 
     def clear_pending(self) -> None:
         remove_path(self.root / UNRECORDED)
-
-
-def _canonical(doc: dict[str, Any]) -> bytes:
-    """The bytes a pending build's signature covers."""
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
 def tree(folder: Path) -> list[str]:

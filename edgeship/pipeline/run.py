@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from rich.markup import escape
-
 from edgeship.backends.registry import SPECS, depends_on_cpu, toolchain
 from edgeship.cache import Cache, default_cache
 from edgeship.calibration import Dataset
@@ -20,6 +18,7 @@ from edgeship.calibration.datasets import evaluation_samples
 from edgeship.calibration.provider import calibration_data, calibration_variants
 from edgeship.devices import Job
 from edgeship.devices.cpu import cpu_facts
+from edgeship.devices.hashing import sha256_path
 from edgeship.devices.targets import target_cpus
 from edgeship.errors import CaptureError, StageTimeout
 from edgeship.fsutil import full_disk_is_write_failure, tree_size
@@ -43,10 +42,10 @@ from edgeship.pipeline.schedule import (
 from edgeship.pipeline.stagecache import (
     Measurements,
     StageKeys,
+    read_results,
     restore_artifact,
     store_artifact,
     vouched_previous,
-    vouched_results,
 )
 from edgeship.pipeline.validate import Reference, inputs_fingerprint, reference_fingerprint, reference_stage
 from edgeship.pipeline.watchdog import Stalled, Watchdog, for_plan
@@ -79,7 +78,7 @@ def build(request: BuildRequest) -> Results:
         folder.abandon(plan.made)
         return outcome()
 
-    watchdog = for_plan(plan, lambda line: progress.info(escape(line)), abandon)
+    watchdog = for_plan(plan, lambda line: progress.info(line), abandon)
     try:
         with folder.held(not request.no_wait, progress.info, plan.made), \
                 full_disk_is_write_failure(plan.out_dir, own_name=True):  # a full disk anywhere (numpy, shutil, ...)
@@ -106,7 +105,7 @@ def _build(plan: Plan, folder: BuildFolder, progress: Progress, watchdog: Watchd
     calibration = calibration_stage(plan, progress, watchdog)
     model = LazyModel(plan.spec, plan.request.trust_weights)
     watchdog.params = lambda: model.counts.get("params")  # known once loaded (or from the stage cache)
-    with progress.step(REFERENCE_STEP) as status, watchdog.bounded(REFERENCE_STEP, "reference_s"):
+    with progress.step(REFERENCE_STEP) as status, watchdog.bounded(REFERENCE_STEP, "reference_s", progress=True):
         ref = reference_stage(model, evaluation_data, plan, keys.reference(), cache, plan.out_dir / WORK)
         status["result"] = ref.data.source
     _notices(cache, progress)
@@ -130,22 +129,27 @@ def _verdict(plan: Plan, results: Results) -> Results:
 
 
 def unchanged_build(plan: Plan, folder: BuildFolder, key: str) -> Unchanged | None:
-    """The previous build when its key is this build's and every file of it is intact: the folder's
-    manifest (or incomplete marker) is this build's and lists results.json, every artifact and every
-    other variant file with the sha256 they have. Reports and bundles whose sha256 is not the
-    manifest's are listed in ``stale``: written again from results.json, nothing lowered or measured."""
-    try:
-        previous = Results.read(plan.out_dir / RESULTS)
-    except (OSError, ValueError):
+    """The previous build when its key is this build's and every file of it is intact: its results.json
+    is one this machine's edgeship wrote (read once: the bytes checked are the bytes parsed), each
+    artifact has the sha256 its row there holds (the manifest is not signed: whoever writes the folder
+    can edit it), and the folder's manifest (or incomplete marker) is this build's and lists results.json,
+    every artifact and every other variant file with the sha256 they have. Reports and bundles whose
+    sha256 is not the manifest's are listed in ``stale``: written again from results.json, nothing
+    lowered or measured."""
+    written = read_results(default_cache(), plan.out_dir / RESULTS)
+    if written is None or not written.vouched or written.results.build_key != key:
         return None
-    sha = folder.sha(RESULTS)
+    previous = written.results
     doc = next((d for d in (folder.incomplete(), folder.manifest())
-                if d is not None and d.build_key == key and d.files.get(RESULTS) == sha), None)
-    if previous.build_key != key or doc is None or not vouched_results(default_cache(), plan.out_dir / RESULTS):
+                if d is not None and d.build_key == key and d.files.get(RESULTS) == written.sha256), None)
+    if doc is None:
         return None
     listed = [name for name in doc.files if "/" in name]
-    for row in previous.variants:
-        if row.file and not any(n == row.file or n.startswith(f"{row.file}/") for n in listed):
+    for row in (r for r in previous.variants if r.file):
+        if not any(n == row.file or n.startswith(f"{row.file}/") for n in listed):
+            return None
+        artifact = plan.out_dir / row.file
+        if not artifact.exists() or sha256_path(artifact) != row.sha256:   # the signed sha256, not the manifest's
             return None
     if any(folder.sha(name) != doc.files[name] for name in listed):
         return None
@@ -191,7 +195,7 @@ def stage_cache(progress: Progress) -> Cache:
 def _notices(cache: Cache, progress: Progress) -> None:
     """Say what the stage cache discarded (damaged entries) since the last call."""
     for line in cache.notices:
-        progress.info(f"[yellow]![/yellow] {escape(line)}")
+        progress.marked("[yellow]![/yellow]", line)
     cache.notices.clear()
 
 
@@ -199,7 +203,8 @@ def calibration_stage(plan: Plan, progress: Progress, watchdog: Watchdog) -> Dat
     """Calibration samples, read and checked before the model loads; None when no variant calibrates."""
     if not calibration_variants(plan.profile):
         return None
-    with progress.step("calibration data") as status, watchdog.bounded("calibration data", "calibration_s"):
+    bounded = watchdog.bounded("calibration data", "calibration_s", progress=True)  # a batch read is progress
+    with progress.step("calibration data") as status, bounded:
         data = calibration_data(plan.profile, plan.spec, plan.calibration_source)
         status["result"] = data.source
     return data
@@ -300,7 +305,7 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
     results_path = plan.out_dir / "results.json"
     reuse = plan.request.resume or (not plan.request.remeasure and results_path.exists())
     previous = vouched_previous(previous_results(results_path, reuse, progress), results_path,
-                                kept.cache if kept is not None else default_cache(), lambda s: progress.info(escape(s)))
+                                kept.cache if kept is not None else default_cache(), lambda s: progress.info(s))
     tasks, reasons = plan_tasks(jobs + sized, plan.devices, plan.out_dir / WORK, previous, current,
                                 kept.get if kept is not None else None)
     if kept is not None:
@@ -309,8 +314,8 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
         progress.info(reuse_line(tasks, reasons, plan.out_dir / "results.json"))
     cached = [t.label for t in tasks if t.cached]
     if cached:
-        progress.info(escape(f"measured by an earlier build on this machine, reused from the stage cache: "
-                             f"{len(cached)} of {len(tasks)} ({', '.join(cached)})"))
+        progress.info(f"measured by an earlier build on this machine, reused from the stage cache: "
+                             f"{len(cached)} of {len(tasks)} ({', '.join(cached)})")
     with progress.step(f"measure on {', '.join(d.name for d in plan.devices)}") as status:
         measure_all(tasks, plan.profile.latency, progress)
         status["result"] = f"{sum(t.reused is None for t in tasks)} measurement(s)"

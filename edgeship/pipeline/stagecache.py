@@ -42,11 +42,12 @@ import json
 import re
 import shutil
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgeship.backends.registry import cpu_dependence, outside_sources, toolchain
-from edgeship.cache import Cache, CacheEntry, cache_key, file_hashes
+from edgeship.cache import Cache, CacheEntry, EntryDamaged, cache_key
 from edgeship.config import ENTRY_PATTERN
 from edgeship.devices.base import Device, Job
 from edgeship.devices.hashing import sha256_file, sha256_path
@@ -165,39 +166,17 @@ def restore_artifact(cache: Cache, key: Mapping[str, object], folder: Path) -> L
     as read and the copy are checked against that list (the entry cannot change between the check
     and the copy), the artifact against the sha256 in lowered.json: what a runner loads is what
     lowering wrote on this machine."""
-    entry = cache.get("artifact", key, redo="lowering again")
-    if entry is None:
-        return None
-    text = _signed_bytes(cache, entry, LOWERED, "lowering again")
-    if text is None:
-        return None
-    record = json.loads(text)
-    remove_path(folder)
-    with full_disk_is_write_failure(folder):
-        shutil.copytree(entry.path / "files", folder)
-    signed = {name.removeprefix("files/"): sha for name, sha in entry.files.items() if name.startswith("files/")}
-    copy = folder / record["file"]
-    problem = ("the copy differs from the signed sha256 list" if file_hashes(folder) != signed else
-               None if copy.exists() and sha256_path(copy) == record["sha256"] else
-               f"files/{record['file']}: sha256 differs from the one in {LOWERED}")
-    if problem is None:
+    def read(entry: CacheEntry) -> LoweredRecord:
+        record = json.loads(entry.read_bytes(LOWERED))
+        remove_path(folder)
+        with full_disk_is_write_failure(folder):
+            entry.copy_tree("files", folder)
+        copy = folder / record["file"]
+        if not copy.exists() or sha256_path(copy) != record["sha256"]:
+            remove_path(folder)
+            raise EntryDamaged(f"files/{record['file']}: sha256 differs from the one in {LOWERED}")
         return record
-    remove_path(folder)
-    cache.discard_damaged(entry, problem, "lowering again")
-    return None
-
-
-def _signed_bytes(cache: Cache, entry: CacheEntry, name: str, redo: str) -> bytes | None:
-    """The bytes of an entry's file ``name`` when they are those its signed list holds; else the entry is
-    discarded (None)."""
-    try:
-        data = (entry.path / name).read_bytes()
-    except OSError:
-        data = None
-    if data is not None and hashlib.sha256(data).hexdigest() == entry.files.get(name):
-        return data
-    cache.discard_damaged(entry, f"{name}: not the file its signed sha256 list holds", redo)
-    return None
+    return cache.read("artifact", key, read, redo="lowering again")
 
 
 def store_artifact(cache: Cache, key: Mapping[str, object], folder: Path, record: LoweredRecord) -> None:
@@ -255,15 +234,14 @@ class Measurements:
 
     def get(self, device: Device, job: Job, inputs_sha256: str, reference_sha256: str | None) -> Latency | None:
         """The kept measurement of ``job`` on ``device``, marked as reused; None on a miss."""
+        def read(entry: CacheEntry) -> Latency:
+            try:
+                return Latency.model_validate_json(entry.read_bytes(MEASURED))
+            except ValueError:
+                raise EntryDamaged(f"{MEASURED} cannot be read") from None
         key = self.key(device, job, inputs_sha256, reference_sha256)
-        entry = self.cache.get(MEASUREMENT, key, redo="measuring again") if key is not None else None
-        text = _signed_bytes(self.cache, entry, MEASURED, "measuring again") if entry is not None else None
-        if text is None:
-            return None
-        try:
-            lat = Latency.model_validate_json(text)
-        except ValueError:
-            self.cache.discard_damaged(entry, f"{MEASURED} cannot be read", "measuring again")
+        lat = self.cache.read(MEASUREMENT, key, read, redo="measuring again") if key is not None else None
+        if lat is None:
             return None
         lat.notes.append(f"{REUSED_FROM_CACHE} at {now_utc()}: measured {lat.measured_at} by an earlier "
                          "build on this machine (same file, inputs, float outputs and latency settings; "
@@ -285,23 +263,55 @@ class Measurements:
         self.cache.get_or_compute(MEASUREMENT, key, fill)
 
 
-def vouch_results(cache: Cache, path: Path) -> None:
-    """Keep a signed record that this machine's edgeship wrote ``path`` (a results.json) as it is now."""
-    cache.get_or_compute(WRITTEN, {"results.json": sha256_file(path)}, lambda folder: None)
+def vouch_results(cache: Cache, written: Path | bytes) -> None:
+    """Keep a signed record that this machine's edgeship wrote a results.json: the bytes written (or
+    the file ``written`` as it is now)."""
+    data = written if isinstance(written, bytes) else written.read_bytes()
+    cache.get_or_compute(WRITTEN, _record_key(data), lambda folder: None)
 
 
-def vouched_results(cache: Cache, path: Path) -> bool:
-    """Whether ``path`` is byte for byte a results.json this machine's edgeship wrote (its signed record
-    is in the stage cache)."""
-    return path.is_file() and cache.get(WRITTEN, {"results.json": sha256_file(path)}) is not None
+def vouched_results(cache: Cache, data: bytes) -> bool:
+    """Whether ``data`` (the bytes of a results.json, read once: the same bytes are then parsed) is byte
+    for byte a results.json this machine's edgeship wrote (its signed record is in the stage cache)."""
+    return cache.get(WRITTEN, _record_key(data)) is not None
+
+
+def _record_key(data: bytes) -> dict[str, str]:
+    return {"results.json": hashlib.sha256(data).hexdigest()}
+
+
+@dataclass(frozen=True)
+class WrittenResults:
+    """A results.json read once: what its bytes hold, their sha256, and whether this machine's edgeship
+    wrote them (``vouched``). Checked and parsed from the same bytes, so a file swapped between the two
+    cannot pass the check with one content and be read with another."""
+
+    results: Results
+    sha256: str
+    vouched: bool
+
+
+def read_results(cache: Cache, path: Path) -> WrittenResults | None:
+    """``path`` read once, parsed and checked (None when it cannot be read or is not a results.json)."""
+    try:
+        data = path.read_bytes()
+        results = Results.model_validate_json(data)
+    except (OSError, ValueError):
+        return None
+    return WrittenResults(results, hashlib.sha256(data).hexdigest(), vouched_results(cache, data))
 
 
 def vouched_previous(previous: Results | None, path: Path, cache: Cache, say: Callable[[str], None]
                      ) -> Results | None:
-    """``previous`` (read from ``path``) when this machine's edgeship wrote it as it is; else None, and
-    ``say`` tells why its measurements are not reused."""
-    if previous is None or vouched_results(cache, path):
-        return previous
+    """The previous build's results when ``previous`` (read from ``path``) is to be reused and this
+    machine's edgeship wrote ``path`` as it is; else None, and ``say`` tells why its measurements are not
+    reused. ``path`` is read once more, and what is returned is parsed from the very bytes whose record
+    was found, not ``previous``: the file may have changed since ``previous`` was read."""
+    if previous is None:
+        return None
+    written = read_results(cache, path)
+    if written is not None and written.vouched:
+        return written.results
     say(f"{path} is not a results.json this machine's edgeship wrote (changed since, written elsewhere, or "
         f"by an edgeship before signed results, or the stage cache {cache.root} was cleared): none of its "
         "measurements is reused; measuring everything")

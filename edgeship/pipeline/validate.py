@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgeship import metrics, stopping
-from edgeship.cache import Cache
+from edgeship.cache import Cache, CacheEntry
 from edgeship.calibration import Dataset, random_dataset
 from edgeship.calibration.datasets import load_sized
 from edgeship.devices import Device, Job
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from edgeship.spec import ModelSpec
 
 SIZE_SAMPLES = 8  # evaluation samples at a dynamic model's min and max sizes
+FACTS, INPUTS, OUTPUTS, ANCHORS = "facts.json", "eval_inputs.npz", "reference.npz", "anchors.npy"  # reference entry
 REPRODUCE_MIN_SQNR_DB = 40.0  # a float model against itself: ~130 dB; a differently initialised one: ~0 dB
 
 
@@ -121,6 +122,7 @@ def float_outputs(module: torch.nn.Module, data: Dataset, batch: int,
                                          f"{type(value).__name__}; edgeship compares tensor outputs")
             names = names or [name for name, _ in flat]
             per_batch.append([value.detach().numpy() for _, value in flat])
+            stopping.progressed()  # a batch evaluated: the stage's watchdog waits from here
     try:
         return names, merge_batches(per_batch, batch, len(data))
     except RuntimeError as e:
@@ -136,13 +138,14 @@ def reference_stage(model: LazyModel, evaluation: Callable[[Plan], Dataset], pla
     def compute(folder: Path) -> None:
         data = evaluation(plan)
         module, _ = model.module, model.params  # counted once loaded: the stage's time limit grows with them
+        stopping.progressed()  # the model loaded: the stage's watchdog waits from here
         names, outputs = float_outputs(module, data, batch, spec.source)
         labels = {} if data.labels is None else {"labels": data.labels}
-        np.savez(folder / "reference.npz", **encode_outputs(outputs), **labels)
-        np.savez(folder / "eval_inputs.npz", **data.inputs)
+        np.savez(folder / OUTPUTS, **encode_outputs(outputs), **labels)
+        np.savez(folder / INPUTS, **data.inputs)
         anchors = task_anchors(spec)
         if anchors is not None:
-            np.save(folder / "anchors.npy", anchors)
+            np.save(folder / ANCHORS, anchors)
         sized_data = size_datasets(plan, spec)
         for size, sized in sized_data.items():
             sized_names, sized_outputs = float_outputs(model.module, sized, batch, spec.source)
@@ -150,34 +153,71 @@ def reference_stage(model: LazyModel, evaluation: Callable[[Plan], Dataset], pla
                 raise ModelSpecError(f"{spec.source or 'model spec'}: at the {size} size the model returns outputs "
                                      f"{', '.join(sized_names)}, at the opt size {', '.join(names)}")
             (folder / size).mkdir()
-            np.savez(folder / size / "reference.npz", **encode_outputs(sized_outputs))
-            np.savez(folder / size / "eval_inputs.npz", **sized.inputs)
+            np.savez(folder / size / OUTPUTS, **encode_outputs(sized_outputs))
+            np.savez(folder / size / INPUTS, **sized.inputs)
         facts = {"params": model.params, "flops": model.flops, "source": data.source,
                  "state_sha256": model.state_sha256, "names": names,
                  "sizes": {size: sized.source for size, sized in sized_data.items()}}
-        (folder / "facts.json").write_text(json.dumps(facts))
+        (folder / FACTS).write_text(json.dumps(facts))
 
-    entry = cache.get_or_compute("reference", key, compute)
-    facts = json.loads((entry.path / "facts.json").read_text())
+    kept = cache.read_or_compute("reference", key, compute, lambda entry: KeptReference.read(entry, workdir),
+                                 redo="computing the float reference again")
+    facts = kept.facts
     model.counts.update({"params": facts["params"], "flops": facts["flops"]})
     model.expect_state(facts.get("state_sha256"))  # a model built later in this build must be the same
-    inputs = load_npz(entry.path / "eval_inputs.npz")  # paged in where used: a large set is not read whole
-    with np.load(entry.path / "reference.npz", allow_pickle=False) as npz:
-        outputs, labels = decode_outputs(npz), (npz["labels"] if "labels" in npz.files else None)
-    anchors = np.load(entry.path / "anchors.npy") if (entry.path / "anchors.npy").exists() else None
-    judge = TaskJudge(spec, facts["names"], anchors)
+    judge = TaskJudge(spec, facts["names"], kept.anchors)
     try:
         judge.check()
     except ValueError as e:
         raise ModelSpecError(str(e)) from None
-    ref = Reference(Dataset(inputs, labels, facts["source"]), outputs, facts["names"],
-                    workdir / "eval_inputs.npz", judge, batch)
+    ref = Reference(Dataset(kept.inputs, kept.labels, facts["source"]), kept.outputs, facts["names"],
+                    workdir / INPUTS, judge, batch)
     check_labels(ref)
-    workdir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(entry.path / "eval_inputs.npz", workdir / "eval_inputs.npz")
     for size, source in facts.get("sizes", {}).items():
-        ref.sizes[size] = _sized_reference(entry.path / size, workdir / size, source, ref)
+        inputs, outputs = kept.sizes[size]
+        ref.sizes[size] = Reference(Dataset(inputs, None, source), outputs, ref.names, workdir / size / INPUTS,
+                                    judge, batch)
     return ref
+
+
+@dataclass
+class KeptReference:
+    """What the stage cache's reference entry holds, each file read once through the entry and checked
+    against its signed sha256 list (a file swapped after ``Cache.get`` checked the entry is caught where it
+    is read): the facts, the evaluation inputs (memory-mapped from the checked copy in the build's work
+    folder, which the runners read too), the float outputs and labels, the task's anchors, and a dynamic
+    model's (inputs, outputs) at its min and max sizes."""
+
+    facts: dict[str, Any]
+    inputs: dict[str, np.ndarray]
+    outputs: list[Output]
+    labels: np.ndarray | None
+    anchors: np.ndarray | None
+    sizes: dict[str, tuple[dict[str, np.ndarray], list[Output]]]
+
+    @classmethod
+    def read(cls, entry: CacheEntry, workdir: Path) -> KeptReference:
+        """The entry's reference (EntryDamaged when a file is not the one signed); the evaluation inputs
+        are copied, checked, into ``workdir`` (and ``workdir/<size>``)."""
+        facts = json.loads(entry.read_bytes(FACTS))
+        entry.copy_file(INPUTS, workdir / INPUTS)
+        inputs = load_npz(workdir / INPUTS)  # paged in where used: a large set is not read whole
+        outputs, labels = _outputs(entry.read_bytes(OUTPUTS))
+        anchors = np.load(io.BytesIO(entry.read_bytes(ANCHORS)), allow_pickle=False) if ANCHORS in entry.files \
+            else None
+        sizes = {}
+        for size in facts.get("sizes", {}):
+            entry.copy_file(f"{size}/{INPUTS}", workdir / size / INPUTS)
+            with np.load(workdir / size / INPUTS, allow_pickle=False) as npz:
+                sized_inputs = {name: npz[name] for name in npz.files}
+            sizes[size] = (sized_inputs, _outputs(entry.read_bytes(f"{size}/{OUTPUTS}"))[0])
+        return cls(facts, inputs, outputs, labels, anchors, sizes)
+
+
+def _outputs(data: bytes) -> tuple[list[Output], np.ndarray | None]:
+    """The float outputs and the labels (None without) in a reference.npz's bytes."""
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        return decode_outputs(npz), (npz["labels"] if "labels" in npz.files else None)
 
 
 def size_datasets(plan: Plan, spec: ModelSpec) -> dict[str, Dataset]:
@@ -191,17 +231,6 @@ def size_datasets(plan: Plan, spec: ModelSpec) -> dict[str, Dataset]:
     if plan.sizes_source:
         return {size: load_sized(plan.sizes_source, spec, size, SIZE_SAMPLES) for size in ("min", "max")}
     return {size: random_dataset(spec, n, settings.seed, size) for size in ("min", "max")}
-
-
-def _sized_reference(cached: Path, workdir: Path, source: str, main: Reference) -> Reference:
-    with np.load(cached / "eval_inputs.npz", allow_pickle=False) as npz:
-        inputs = {name: npz[name] for name in npz.files}
-    with np.load(cached / "reference.npz", allow_pickle=False) as npz:
-        outputs = decode_outputs(npz)
-    workdir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(cached / "eval_inputs.npz", workdir / "eval_inputs.npz")
-    return Reference(Dataset(inputs, None, source), outputs, main.names, workdir / "eval_inputs.npz", main.judge,
-                     main.batch)
 
 
 def check_labels(ref: Reference) -> None:

@@ -15,12 +15,13 @@ with one layer quantized at a time: ``one_layer_plan`` picks that layer's observ
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeship.cache import Cache
+from edgeship.cache import Cache, CacheEntry, EntryDamaged
 from edgeship.calibration import Dataset
 from edgeship.quantize.fx_parts import graph_code, graphs, parts_running
 from edgeship.quantize.quantized import calibrated
@@ -86,11 +87,27 @@ def calibrate_observers(prepared: torch.nn.Module, data: Dataset, batch: int, ca
         torch.save({n: m.state_dict() for n, m in observers(prepared).items()}, folder / OBSERVERS_FILE)
 
     with calibrated(cache, "torch-observers", key, compute) as (entry, facts):
-        if entry.hit:
-            states = torch.load(entry.path / OBSERVERS_FILE, weights_only=True)
-            for name, module in observers(prepared).items():
-                module.load_state_dict(states[name])
+        if entry.hit and not restore_observers(prepared, entry, cache):
+            run_samples(prepared, data, batch, flexible)
+            facts["cache"] = "miss"
     return facts
+
+
+def restore_observers(prepared: torch.nn.Module, entry: CacheEntry, cache: Cache | None) -> bool:
+    """Load the observers' state kept in ``entry``, read once and checked against its signed sha256 list;
+    False when it is not the file signed (changed after the entry was checked): the entry is discarded,
+    with a notice, and the caller calibrates."""
+    import torch
+
+    try:
+        states = torch.load(io.BytesIO(entry.read_bytes(OBSERVERS_FILE)), weights_only=True)
+    except EntryDamaged as e:
+        if cache is not None:
+            cache.discard_damaged(entry, str(e), "calibrating again")
+        return False
+    for name, module in observers(prepared).items():
+        module.load_state_dict(states[name])
+    return True
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,11 @@ from edgeship.pipeline.stagecache import (
     restore_artifact,
     store_artifact,
     vouch_results,
+    vouched_previous,
     vouched_results,
 )
 from edgeship.profile.models import LatencySettings
-from edgeship.results import Latency
+from edgeship.results import Latency, ModelInfo, Results
 from edgeship.store import ResultsStore, default_url
 from tests.conftest import REPO, write_profile
 from tests.models.tinynet import build
@@ -169,8 +170,7 @@ def test_stagecache_forged_artifact_entry_is_lowered_again_not_loaded(tmp_path: 
     assert restore_artifact(cache, key, tmp_path / "staged" / "ort") is None
     assert not (tmp_path / "staged" / "ort").exists() and not entry.exists()
     assert cache.notices == [f"stage cache entry artifact/{entry.name} is damaged (key.json does not verify with "
-                             f"this machine's key: changed since edgeship wrote it, or written with another key "
-                             f"than {cache.signer.path}); discarded, lowering again"]
+                             "this machine's key: changed since edgeship wrote it); discarded, lowering again"]
 
 
 @pytest.mark.parametrize("command", ["clear", "info"])
@@ -275,11 +275,11 @@ def test_stagecache_measurement_is_not_taken_for_another_cpu_file_or_inputs(tmp_
 def test_stagecache_vouched_results_holds_only_for_the_bytes_this_machine_wrote(tmp_path: Path) -> None:
     cache, path = Cache(tmp_path / "cache"), tmp_path / "results.json"
     path.write_text('{"schema": 1}')
-    assert not vouched_results(cache, path)
+    assert not vouched_results(cache, path.read_bytes())
     vouch_results(cache, path)
-    assert vouched_results(cache, path) and not vouched_results(cache, tmp_path / "missing.json")
-    path.write_text('{"schema": 1} ')
-    assert not vouched_results(cache, path)
+    assert vouched_results(cache, b'{"schema": 1}') and not vouched_results(cache, b"")
+    vouch_results(cache, b'{"schema": 2}')
+    assert vouched_results(cache, b'{"schema": 2}') and not vouched_results(cache, b'{"schema": 1} ')
 
 
 FORGED_AT = "2020-01-01T00:00:00Z"
@@ -345,3 +345,18 @@ def test_stagecache_forged_measurement_entry_is_measured_again_by_the_next_build
     assert code == 0 and "reused from the stage cache: 2 of 2" in " ".join(err.split())
     assert [r["latency"][0]["p50_ms"] for r in third["variants"]] == [r["latency"][0]["p50_ms"]
                                                                       for r in second["variants"]]
+
+
+def test_stagecache_vouched_previous_is_parsed_from_the_bytes_whose_record_was_found(tmp_path: Path) -> None:
+    """results.json swapped between the parse (``previous``) and the check: what is reused is what was
+    checked, never what was parsed before."""
+    cache, path = Cache(tmp_path / "cache"), tmp_path / "results.json"
+    honest = Results(target="honest", created="2026-01-01T00:00:00Z", toolchain={}, variants=[],
+                     model=ModelInfo(name="m", entry="m:b", inputs=[], params=1))
+    honest.write(path)
+    vouch_results(cache, path)
+    parsed_before = honest.model_copy(update={"target": "forged"})   # read while the file was the forged one
+    said: list[str] = []
+    assert vouched_previous(parsed_before, path, cache, said.append).target == "honest" and not said
+    path.write_text(path.read_text() + " ")
+    assert vouched_previous(parsed_before, path, cache, said.append) is None and len(said) == 1

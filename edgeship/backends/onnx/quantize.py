@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from edgeship.backends.fallback import Descent, Rung, descend, recorded, told, vendor_step
-from edgeship.cache import Cache
+from edgeship.cache import Cache, CacheEntry, EntryDamaged
 from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
 from edgeship.fsutil import atomic_output, working_folder
@@ -97,8 +97,12 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
             compute = lambda folder: calibrate_ranges(pre, calibration, batch, method, percentile, folder / RANGES)  # noqa: E731
             scope = choose_scope(operators, op_types(pre), "ONNX Runtime's quantize_static")
             with calibrated(cache, "onnx", key, compute) as (entry, cache_facts):
+                if not kept_ranges(entry, cache, Path(work)):
+                    compute(Path(work))
+                    cache_facts["cache"] = "miss"
+
                 def write(out: Path, exclude: list[str], only: str | None = None) -> None:
-                    _quantize_static(pre, out, entry.path / RANGES, method, activations, exclude, only=only,
+                    _quantize_static(pre, out, Path(work) / RANGES, method, activations, exclude, only=only,
                                      op_types=list(LAYER_OPS) if scope.weighted else None, **weights)
 
                 def measure(sample: Dataset, size: int) -> list[LayerSensitivity]:
@@ -126,6 +130,20 @@ def quantize_qdq(fp32_path: Path, dest: Path, calibration: Dataset, *, activatio
     done.notes += [*(s.note() for s in prepared.steps), f"int8 operators: {scope.reason}"]
     recorded(done.details, prepared.steps)
     return done
+
+
+def kept_ranges(entry: CacheEntry, cache: Cache | None, work: Path) -> bool:
+    """Copy the calibration ranges kept in ``entry`` into ``work`` (this process's own folder, which
+    quantize_static reads them from each time it runs), checked against the entry's signed sha256 list
+    as copied. False when they are not the file signed (changed after the entry was checked): the entry
+    is discarded, with a notice, and the caller calibrates into ``work``."""
+    try:
+        entry.copy_file(RANGES, work / RANGES)
+    except EntryDamaged as e:
+        if cache is not None:
+            cache.discard_damaged(entry, str(e), "calibrating again")
+        return False
+    return True
 
 
 def op_types(model: Path) -> set[str]:
