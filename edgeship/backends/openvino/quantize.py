@@ -39,6 +39,7 @@ import numpy as np
 from edgeship.backends.fallback import Rung, descend
 from edgeship.backends.openvino.cpu import choose_overflow_fix
 from edgeship.backends.openvino.spec import OPENVINO_QUANTIZATION, OpenvinoSpec
+from edgeship.cache import CacheEntry, EntryDamaged
 from edgeship.calibration import Dataset
 from edgeship.devices.hashing import sha256_file
 from edgeship.errors import LoweringError
@@ -65,6 +66,7 @@ if TYPE_CHECKING:
 ConstantKey = tuple[str, int | str]
 
 QUANTIZED_XML = "quantized.xml"
+QUANTIZED_BIN = "quantized.bin"  # beside it: ov.save_model's weights
 BIAS_FILE = "bias_correction.json"  # beside the cached quantized IR: the bias correction NNCF used
 BIAS_CORRECTIONS = ("full", "fast", "none")  # NNCF's, tried in this order from the one the options ask
 TORCH_CUDA_LOGGER = "torch.utils.cpp_extension"
@@ -108,10 +110,18 @@ def quantize_nncf(model: openvino.Model, request: LowerRequest) -> tuple[openvin
                 ov.save_model(out, str(folder / QUANTIZED_XML), compress_to_fp16=False)
                 (folder / BIAS_FILE).write_text(json.dumps(used))
             with calibrated(request.cache, "openvino", {**key_base, "ignored": sorted(ignored)}, compute) as (e, f):
+                try:
+                    used, xml = bias_used(e, nncf_args), checked_copy(e, Path(folder))
+                except EntryDamaged as damage:  # changed after the entry was checked: quantized here again
+                    if request.cache is not None:
+                        request.cache.discard_damaged(e, str(damage), "quantizing again")
+                    redo = Path(tempfile.mkdtemp(prefix="quantized-", dir=folder))
+                    compute(redo)
+                    used, xml = json.loads((redo / BIAS_FILE).read_text()), redo / QUANTIZED_XML
                 if not facts:  # the first quantization's: later ones reuse it or only add an ignored scope
                     facts.update(f)
-                    bias.update(bias_used(e.path, nncf_args))
-                return core.read_model(str(e.path / QUANTIZED_XML))
+                    bias.update(used)
+                return core.read_model(str(xml))
 
         def measure(sample: Dataset, size: int) -> list[LayerSensitivity]:
             return layer_sensitivity(core, core.read_model(str(float_xml)), quantized([]), sample, size)
@@ -146,13 +156,22 @@ def quantize_nncf(model: openvino.Model, request: LowerRequest) -> tuple[openvin
     return result, done
 
 
-def bias_used(entry: Path, args: dict[str, Any]) -> dict[str, Any]:
+def bias_used(entry: CacheEntry, args: dict[str, Any]) -> dict[str, Any]:
     """The bias correction a cached quantization used and the ones NNCF refused before it (an entry of
     before the fallback used the one asked: a refusal then failed the variant and cached nothing)."""
-    path = entry / BIAS_FILE
-    if path.exists():
-        return json.loads(path.read_text())
+    if BIAS_FILE in entry.files:
+        return json.loads(entry.read_bytes(BIAS_FILE))
     return {"bias_correction": "fast" if args["fast_bias_correction"] else "full", "bias_correction_refused": []}
+
+
+def checked_copy(entry: CacheEntry, work: Path) -> Path:
+    """The entry's quantized IR copied into a new folder under ``work``, each file checked against the
+    entry's signed list as it is copied (OpenVINO reads the .bin beside the .xml, maybe later, by path);
+    the copy's .xml."""
+    dest = Path(tempfile.mkdtemp(prefix="quantized-", dir=work))
+    for name in (QUANTIZED_XML, QUANTIZED_BIN):
+        entry.copy_file(name, dest / name)
+    return dest / QUANTIZED_XML
 
 
 def import_nncf() -> ModuleType:

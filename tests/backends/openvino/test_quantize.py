@@ -34,3 +34,26 @@ def test_run_nncf_names_nncf_and_the_bias_correction_when_it_refuses_every_one(m
                                             r"NotImplementedError in refuse: The BiasCorrection algorithm \(none\)"):
         qov.run_nncf(lambda: None, None, 1, {"fast_bias_correction": False}, [])
     assert tried == ["full", "fast", "none"]
+
+
+def test_openvino_cached_quantization_is_read_only_as_its_entry_signed_it(tmp_path) -> None:
+    """The quantized IR and the bias record kept in the stage cache: copied and read through the entry,
+    each file checked as read; a .bin swapped after the entry was checked is never what OpenVINO reads."""
+    import json
+
+    import pytest
+
+    from edgeship.backends.openvino.quantize import BIAS_FILE, QUANTIZED_BIN, QUANTIZED_XML, bias_used, checked_copy
+    from edgeship.cache import Cache, EntryDamaged
+
+    def compute(folder):
+        (folder / QUANTIZED_XML).write_text("<net/>")
+        (folder / QUANTIZED_BIN).write_bytes(b"\0" * 64)
+        (folder / BIAS_FILE).write_text(json.dumps({"bias_correction": "fast", "bias_correction_refused": ["full"]}))
+
+    entry = Cache(tmp_path / "cache").get_or_compute("openvino", {"k": 1}, compute)
+    assert bias_used(entry, {"fast_bias_correction": False})["bias_correction_refused"] == ["full"]
+    assert checked_copy(entry, tmp_path).read_text() == "<net/>"
+    (entry.path / QUANTIZED_BIN).write_bytes(b"\1" * 64)   # after the check: another process's weights
+    with pytest.raises(EntryDamaged):
+        checked_copy(entry, tmp_path)
