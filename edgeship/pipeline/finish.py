@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from edgeship import stopping
 from edgeship.cache import default_cache
 from edgeship.errors import StoreError
-from edgeship.fsutil import remove_path
+from edgeship.fsutil import atomic_write_bytes, remove_path
 from edgeship.pipeline.bundle import report_and_bundle
 from edgeship.pipeline.output import INCOMPLETE, RESULTS, UNRECORDED, BuildFiles, BuildFolder, Pending
 from edgeship.pipeline.plan import Plan
@@ -36,8 +36,9 @@ def publish_build(plan: Plan, folder: BuildFolder, results: Results, progress: P
     """Reports, bundles and results.json into the staging folder, then all of it into the build folder;
     the build as it is to be recorded in the results store (None without a store)."""
     report_and_bundle(plan, results, progress, folder.staged)
-    results.write(folder.staged / RESULTS)
-    vouch_results(default_cache(), folder.staged / RESULTS)  # what a later build may reuse from it
+    data = results.dump().encode("utf-8")
+    atomic_write_bytes(folder.staged / RESULTS, data)
+    vouch_results(default_cache(), data)  # the bytes written, not the file read back: what a later build may reuse
     pending = None
     if plan.store is not None:
         pending = folder.stage_pending(uuid.uuid4().hex[:16], plan.store.display_url, results)
