@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgeship.pipeline.plan import BuildRequest
 from edgeship.pipeline.run import build as _run_build
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from edgeship.devices.base import DeviceReport
     from edgeship.devices.config import DeviceSet
     from edgeship.matrix.run import MatrixRun
+    from edgeship.profile.listing import TargetEntry
     from edgeship.reports import WrittenReport
     from edgeship.store import Upgrade
 
@@ -184,6 +185,25 @@ def bundle_keygen(out: str | Path) -> tuple[Path, Path, str]:
     from edgeship.bundle import generate_keypair
 
     return generate_keypair(Path(out))
+
+
+def targets() -> list[TargetEntry]:
+    """Every profile ``build --target NAME`` accepts, by name: the working folder's ``targets/*.toml`` (a
+    project's own; a name there hides the built-in profile of that name) and edgeship's built-in ones,
+    each read and checked as a build reads it (one that does not load carries its error)."""
+    from edgeship.profile.listing import list_targets
+
+    return list_targets()
+
+
+def target(name: str) -> dict[str, Any]:
+    """Profile ``name`` (or a profile file's path) as a build uses it: every setting, defaults filled in
+    (null: unset), each variant's backend options, gates and capture methods resolved. ProfileError
+    (exit 2) for a name no profile has, listing the known ones, or a profile that does not load."""
+    from edgeship.profile import load_profile
+    from edgeship.profile.listing import resolved
+
+    return resolved(load_profile(name))
 
 
 def _path(value: str | Path | None) -> Path | None:

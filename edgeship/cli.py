@@ -62,6 +62,7 @@ def parser() -> argparse.ArgumentParser:
     u = dsub.add_parser("setup", help="prepare what an emulated Arm device runs in (once; arm64-emulated: an aarch64 "
                                       "Python with torch and the pinned aarch64 runtimes, ~0.9 GB)")
     u.add_argument("name", help="device name (transport qemu, arch aarch64)")
+    add_targets_parser(sub)
     add_report_parser(sub)
     add_bundle_parser(sub)
     add_matrix_parser(sub)
@@ -107,6 +108,19 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; finite numbers only")
     return value
+
+
+def add_targets_parser(sub: argparse._SubParsersAction) -> None:
+    t = sub.add_parser("targets", help="the profiles --target NAME accepts, with their variants and devices",
+                       description="Without a command: every profile build --target NAME accepts (./targets/*.toml "
+                                   "in the working folder first, then the built-in ones), one row per variant: "
+                                   "backend, precision, the devices measured on without --device, the file. A "
+                                   "table on a terminal, plain text otherwise. Exit 2 when a profile does not load "
+                                   "(it is listed with its error).")
+    tsub = t.add_subparsers(dest="targets_command")
+    show = tsub.add_parser("show", help="one profile as a build uses it, every setting with its default filled in "
+                                        "(JSON; null: unset)")
+    show.add_argument("name", help="profile name (targets/NAME.toml) or path to a profile")
 
 
 def add_report_parser(sub: argparse._SubParsersAction) -> None:
@@ -172,6 +186,25 @@ def cmd_build(args: argparse.Namespace) -> int:
                         resume=args.resume, remeasure=args.remeasure, db=args.db,
                         no_wait=args.no_wait)
     print_results(results)
+    return 0
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    """``targets`` (exit 2 when a profile does not load) or ``targets show NAME`` (exit 2 for an unknown name)."""
+    import json
+
+    from edgeship import api
+    from edgeship.errors import ProfileError
+    from edgeship.reports.targets import print_targets
+
+    if args.targets_command == "show":
+        print(json.dumps(api.target(args.name), indent=2))
+        return 0
+    entries = api.targets()
+    print_targets(entries)
+    broken = [e for e in entries if e.error is not None]
+    if broken:
+        raise ProfileError(f"{len(broken)} profile(s) cannot be used: " + "; ".join(e.error for e in broken))
     return 0
 
 
@@ -301,7 +334,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"build": cmd_build, "devices": cmd_devices, "report": cmd_report, "bundle": cmd_bundle,
-            "cache": cmd_cache, "matrix": cmd_matrix, "lab": cmd_lab, "store": cmd_store}
+            "cache": cmd_cache, "matrix": cmd_matrix, "lab": cmd_lab, "store": cmd_store, "targets": cmd_targets}
 
 
 def quiet_libraries() -> None:
