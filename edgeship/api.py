@@ -24,8 +24,9 @@ def build(target: str, model: str | None = None, *, input_shape: str | None = No
           out: str | Path | None = None, devices_file: str | Path | None = None,
           devices: list[str] | None = None, trust_weights: bool = False, quiet: bool = False,
           debug: bool = False, resume: bool = False, remeasure: bool = False,
-          db: str | None = None, no_wait: bool = False) -> Results:
+          db: str | None = None, no_wait: bool = False, variants: list[str] | None = None) -> Results:
     """Build every variant of ``target`` for ``model`` (the demo when None), validate, write results.
+    ``variants``: only these (and the eager reference), as ``build --variant``.
 
     Raises a BadInputError subclass (exit 2) for bad input and GateFailure (exit 3, carrying the
     results) when a validation gate fails. Unchanged stages come from the stage cache; measurements
@@ -35,7 +36,8 @@ def build(target: str, model: str | None = None, *, input_shape: str | None = No
                            out=Path(out) if out else None,
                            devices_file=Path(devices_file) if devices_file else None,
                            device_names=list(devices or []), trust_weights=trust_weights,
-                           debug=debug, quiet=quiet, resume=resume, remeasure=remeasure, db=db, no_wait=no_wait)
+                           debug=debug, quiet=quiet, resume=resume, remeasure=remeasure, db=db, no_wait=no_wait,
+                           variants=variants)
     return _run_build(request)
 
 

@@ -41,6 +41,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--out", help="output folder (default: artifacts/<target>/<model>)")
     b.add_argument("--devices", dest="devices_file", help="devices.toml naming where to measure")
     b.add_argument("--device", action="append", default=[], help="device name from --devices (repeatable)")
+    b.add_argument("--variant", action="append", metavar="NAME",
+                   help="build only this variant of the profile, with the eager reference (repeatable; names: "
+                        "edgeship targets show TARGET). The other variants' rows and files from the build already in "
+                        "the output folder are kept while they still hold (same artifact, same measurements); the "
+                        "rest are left out. Only the variants named decide the exit status")
     b.add_argument("--trust-weights", action="store_true",
                    help="allow checkpoints that need arbitrary unpickling (can run code: only for files you trust)")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -184,7 +189,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                         devices_file=args.devices_file, devices=args.device,
                         trust_weights=args.trust_weights, quiet=args.quiet, debug=args.debug,
                         resume=args.resume, remeasure=args.remeasure, db=args.db,
-                        no_wait=args.no_wait)
+                        no_wait=args.no_wait, variants=args.variant)
     print_results(results)
     return 0
 
