@@ -14,8 +14,9 @@ from edgeship import stopping
 from edgeship.errors import EdgeshipError, GateFailure, os_failure, user_code_exit
 
 BUILD_EXIT = """exit status:
-  0    every variant built, measured where its profile says, and passed (a variant no device here can
-       run by design, e.g. a GPU runtime on a machine without that GPU, is marked "not measured here")
+  0    every variant built (with --variant: each one named), measured where its profile says, and passed
+       (a variant no device here can run by design, e.g. a GPU runtime on a machine without that GPU, is
+       marked "not measured here")
   2    bad input: profile, model spec, weights, data, devices file, user code that exited or ran past
        its [limits] limit; an output folder another build is using, with --no-wait; a results store
        of another schema revision (edgeship store upgrade); a state folder or key another user could
@@ -42,10 +43,11 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--devices", dest="devices_file", help="devices.toml naming where to measure")
     b.add_argument("--device", action="append", default=[], help="device name from --devices (repeatable)")
     b.add_argument("--variant", action="append", metavar="NAME",
-                   help="build only this variant of the profile, with the eager reference (repeatable; names: "
-                        "edgeship targets show TARGET). The other variants' rows and files from the build already in "
-                        "the output folder are kept while they still hold (same artifact, same measurements); the "
-                        "rest are left out. Only the variants named decide the exit status")
+                   help="build only this variant of the profile, with the eager reference (repeatable; `edgeship "
+                        "targets` lists each profile's variants; a name the profile lacks: exit 2). The other "
+                        "variants' rows and files from the build already in the output folder are kept while they "
+                        "still hold (same artifact, measurements still valid), else left out and their folders "
+                        "removed. Only the variants named decide the exit status")
     b.add_argument("--trust-weights", action="store_true",
                    help="allow checkpoints that need arbitrary unpickling (can run code: only for files you trust)")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
