@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgeship.pipeline.plan import BuildRequest
 from edgeship.pipeline.run import build as _run_build
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from edgeship.devices.base import DeviceReport
     from edgeship.devices.config import DeviceSet
     from edgeship.matrix.run import MatrixRun
+    from edgeship.profile.listing import TargetEntry
     from edgeship.reports import WrittenReport
     from edgeship.store import Upgrade
 
@@ -23,8 +24,9 @@ def build(target: str, model: str | None = None, *, input_shape: str | None = No
           out: str | Path | None = None, devices_file: str | Path | None = None,
           devices: list[str] | None = None, trust_weights: bool = False, quiet: bool = False,
           debug: bool = False, resume: bool = False, remeasure: bool = False,
-          db: str | None = None, no_wait: bool = False) -> Results:
+          db: str | None = None, no_wait: bool = False, variants: list[str] | None = None) -> Results:
     """Build every variant of ``target`` for ``model`` (the demo when None), validate, write results.
+    ``variants``: only these (and the eager reference), as ``build --variant``.
 
     Raises a BadInputError subclass (exit 2) for bad input and GateFailure (exit 3, carrying the
     results) when a validation gate fails. Unchanged stages come from the stage cache; measurements
@@ -34,7 +36,8 @@ def build(target: str, model: str | None = None, *, input_shape: str | None = No
                            out=Path(out) if out else None,
                            devices_file=Path(devices_file) if devices_file else None,
                            device_names=list(devices or []), trust_weights=trust_weights,
-                           debug=debug, quiet=quiet, resume=resume, remeasure=remeasure, db=db, no_wait=no_wait)
+                           debug=debug, quiet=quiet, resume=resume, remeasure=remeasure, db=db, no_wait=no_wait,
+                           variants=variants)
     return _run_build(request)
 
 
@@ -184,6 +187,25 @@ def bundle_keygen(out: str | Path) -> tuple[Path, Path, str]:
     from edgeship.bundle import generate_keypair
 
     return generate_keypair(Path(out))
+
+
+def targets() -> list[TargetEntry]:
+    """Every profile ``build --target NAME`` accepts, by name: the working folder's ``targets/*.toml`` (a
+    project's own; a name there hides the built-in profile of that name) and edgeship's built-in ones,
+    each read and checked as a build reads it (one that does not load carries its error)."""
+    from edgeship.profile.listing import list_targets
+
+    return list_targets()
+
+
+def target(name: str) -> dict[str, Any]:
+    """Profile ``name`` (or a profile file's path) as a build uses it: every setting, defaults filled in
+    (null: unset), each variant's backend options, gates and capture methods resolved. ProfileError
+    (exit 2) for a name no profile has, listing the known ones, or a profile that does not load."""
+    from edgeship.profile import load_profile
+    from edgeship.profile.listing import resolved
+
+    return resolved(load_profile(name))
 
 
 def _path(value: str | Path | None) -> Path | None:

@@ -14,8 +14,9 @@ from edgeship import stopping
 from edgeship.errors import EdgeshipError, GateFailure, os_failure, user_code_exit
 
 BUILD_EXIT = """exit status:
-  0    every variant built, measured where its profile says, and passed (a variant no device here can
-       run by design, e.g. a GPU runtime on a machine without that GPU, is marked "not measured here")
+  0    every variant built (with --variant: each one named), measured where its profile says, and passed
+       (a variant no device here can run by design, e.g. a GPU runtime on a machine without that GPU, is
+       marked "not measured here")
   2    bad input: profile, model spec, weights, data, devices file, user code that exited or ran past
        its [limits] limit; an output folder another build is using, with --no-wait; a results store
        of another schema revision (edgeship store upgrade); a state folder or key another user could
@@ -41,6 +42,12 @@ def parser() -> argparse.ArgumentParser:
     b.add_argument("--out", help="output folder (default: artifacts/<target>/<model>)")
     b.add_argument("--devices", dest="devices_file", help="devices.toml naming where to measure")
     b.add_argument("--device", action="append", default=[], help="device name from --devices (repeatable)")
+    b.add_argument("--variant", action="append", metavar="NAME",
+                   help="build only this variant of the profile, with the eager reference (repeatable; `edgeship "
+                        "targets` lists each profile's variants; a name the profile lacks: exit 2). The other "
+                        "variants' rows and files from the build already in the output folder are kept while they "
+                        "still hold (same artifact, measurements still valid), else left out and their folders "
+                        "removed. Only the variants named decide the exit status")
     b.add_argument("--trust-weights", action="store_true",
                    help="allow checkpoints that need arbitrary unpickling (can run code: only for files you trust)")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -62,6 +69,7 @@ def parser() -> argparse.ArgumentParser:
     u = dsub.add_parser("setup", help="prepare what an emulated Arm device runs in (once; arm64-emulated: an aarch64 "
                                       "Python with torch and the pinned aarch64 runtimes, ~0.9 GB)")
     u.add_argument("name", help="device name (transport qemu, arch aarch64)")
+    add_targets_parser(sub)
     add_report_parser(sub)
     add_bundle_parser(sub)
     add_matrix_parser(sub)
@@ -107,6 +115,19 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; finite numbers only")
     return value
+
+
+def add_targets_parser(sub: argparse._SubParsersAction) -> None:
+    t = sub.add_parser("targets", help="the profiles --target NAME accepts, with their variants and devices",
+                       description="Without a command: every profile build --target NAME accepts (./targets/*.toml "
+                                   "in the working folder first, then the built-in ones), one row per variant: "
+                                   "backend, precision, the devices measured on without --device, the file. A "
+                                   "table on a terminal, plain text otherwise. Exit 2 when a profile does not load "
+                                   "(it is listed with its error).")
+    tsub = t.add_subparsers(dest="targets_command")
+    show = tsub.add_parser("show", help="one profile as a build uses it, every setting with its default filled in "
+                                        "(JSON; null: unset)")
+    show.add_argument("name", help="profile name (targets/NAME.toml) or path to a profile")
 
 
 def add_report_parser(sub: argparse._SubParsersAction) -> None:
@@ -170,8 +191,27 @@ def cmd_build(args: argparse.Namespace) -> int:
                         devices_file=args.devices_file, devices=args.device,
                         trust_weights=args.trust_weights, quiet=args.quiet, debug=args.debug,
                         resume=args.resume, remeasure=args.remeasure, db=args.db,
-                        no_wait=args.no_wait)
+                        no_wait=args.no_wait, variants=args.variant)
     print_results(results)
+    return 0
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    """``targets`` (exit 2 when a profile does not load) or ``targets show NAME`` (exit 2 for an unknown name)."""
+    import json
+
+    from edgeship import api
+    from edgeship.errors import ProfileError
+    from edgeship.reports.targets import print_targets
+
+    if args.targets_command == "show":
+        print(json.dumps(api.target(args.name), indent=2))
+        return 0
+    entries = api.targets()
+    print_targets(entries)
+    broken = [e for e in entries if e.error is not None]
+    if broken:
+        raise ProfileError(f"{len(broken)} profile(s) cannot be used: " + "; ".join(e.error for e in broken))
     return 0
 
 
@@ -301,7 +341,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"build": cmd_build, "devices": cmd_devices, "report": cmd_report, "bundle": cmd_bundle,
-            "cache": cmd_cache, "matrix": cmd_matrix, "lab": cmd_lab, "store": cmd_store}
+            "cache": cmd_cache, "matrix": cmd_matrix, "lab": cmd_lab, "store": cmd_store, "targets": cmd_targets}
 
 
 def quiet_libraries() -> None:

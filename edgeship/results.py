@@ -305,13 +305,21 @@ class Results(ResultModel):
     selection: Selection | None = Field(None, description="The [selection] outcome; None when the profile has none.")
     build_key: str | None = Field(None, description="Hash of everything the build read: an unchanged re-build "
                                                     "with the same key reuses this output (stage cache).")
+    requested_variants: list[str] | None = Field(
+        None, description="The variants the build was asked for (build --variant), in the profile's order; absent "
+                          "(null): every variant of the profile. Only these (and the eager reference) were lowered and "
+                          "measured and decide the build's exit status; a row of another variant was kept from the "
+                          "folder's earlier build, its artifact and measurements unchanged (its notes say so).")
     notes: list[str] = Field(default_factory=list, description="Build-level notes: requested devices that "
-                                                               "measured nothing, values written as null.")
+                                                               "measured nothing, values written as null, the "
+                                                               "variants a build --variant left out and why.")
 
     def dump(self) -> str:
-        """Strict JSON: a non-finite number (not JSON) is written as null with a note beside it."""
-        return json.dumps(finite_document(self.model_dump(mode="json", by_alias=True)), indent=2,
-                          allow_nan=False) + "\n"
+        """Strict JSON: a non-finite number (not JSON) is written as null with a note beside it.
+        ``requested_variants`` only for a build --variant: a full build's document is as it was before."""
+        doc = self.model_dump(mode="json", by_alias=True, exclude={"requested_variants"} if self.requested_variants
+                              is None else set())
+        return json.dumps(finite_document(doc), indent=2, allow_nan=False) + "\n"
 
     def write(self, path: Path) -> None:
         """Write atomically, so a reader never sees a half-written file."""
@@ -323,6 +331,10 @@ class Results(ResultModel):
 
     def variant(self, name: str) -> VariantResult:
         return next(v for v in self.variants if v.name == name)
+
+    def built(self, row: VariantResult) -> bool:
+        """Whether this build made and measured ``row`` (not kept from an earlier build by a build --variant)."""
+        return self.requested_variants is None or row.is_reference or row.name in self.requested_variants
 
 
 def id_problems(results: Results) -> list[str]:

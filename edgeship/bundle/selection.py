@@ -34,6 +34,12 @@ def select_variants(platform: Platform, settings: BundleSettings, profile: Profi
     named = settings.variants if isinstance(settings.variants, list) else None
     sel.rule = f"named in [bundle].variants: {', '.join(named)}" if named else "every variant that passed its gates"
     pool = [(row, v) for row, v in _candidates(profile, results, sel) if _takes(sel, row, v, named)]
+    for name in [n for n in named or [] if n not in {row.name for row in results.variants}]:
+        which = (f"a build --variant {', '.join(results.requested_variants)}" if results.requested_variants
+                 else "the profile had no such variant then")
+        why = f"not in results.json: the build did not make it ({which}); edgeship build --variant {name} makes it"
+        sel.leave_out(name, why)
+        sel.warnings.append(f"{name} is named but left out: {why}")
     if settings.variants == "fastest":
         pool = _fastest(pool, settings.fastest_on, sel)
     sel.chosen = pool

@@ -43,7 +43,7 @@ def publish_build(plan: Plan, folder: BuildFolder, results: Results, progress: P
     if plan.store is not None:
         pending = folder.stage_pending(uuid.uuid4().hex[:16], plan.store.display_url, results)
     with progress.step(f"publish into {plan.out_dir}") as status, stopping.deferred():  # never half-published
-        messages = folder.publish(results.build_key, [v.name for v in plan.profile.variants])
+        messages = folder.publish(results.build_key, [v.name for v in results.variants if not v.is_reference])
         status["result"] = f"wrote {plan.out_dir / RESULTS}"
     for line in messages:
         progress.info(line)

@@ -16,6 +16,7 @@ from edgeship.devices import Device
 from edgeship.errors import DeviceError, ProfileError, did_you_mean
 from edgeship.profile import Profile, load_profile
 from edgeship.profile.checks import dynamic_shape_problems
+from edgeship.results import REFERENCE
 from edgeship.spec import ModelSpec, demo_spec_path, load_spec
 from edgeship.store import ResultsStore
 
@@ -37,6 +38,9 @@ class BuildRequest:
     remeasure: bool = False
     no_wait: bool = False         # another build holding --out: stop (exit 2) instead of waiting
     db: str | None = None
+    # build --variant: only these variants of the profile are lowered and measured (with the eager
+    # reference); None: every variant.
+    variants: list[str] | None = None
     # Replaces each resolved device (edgeship matrix on Ray: a device measured on the node that
     # owns it); None: the devices as the devices file makes them.
     device_wrapper: Callable[[Device], Device] | None = None
@@ -54,6 +58,12 @@ class Plan:
     devices: list[Device]
     store: ResultsStore | None = None
     made: list[Path] = field(default_factory=list)  # the folders of out_dir this build made, innermost first
+    # build --variant: the variants asked for, each once, in the profile's order; None: every variant.
+    requested: list[str] | None = None
+
+    def builds(self, name: str) -> bool:
+        """Whether this build lowers and measures variant ``name`` (the eager reference: always)."""
+        return self.requested is None or name == REFERENCE or name in self.requested
 
     @property
     def evaluation_source(self) -> str | None:
@@ -72,8 +82,9 @@ def make_plan(request: BuildRequest) -> Plan:
     """Read and validate the profile, the model spec, the output and cache folders and the devices
     (ProfileError, ModelSpecError, OutputError, ... exit 2)."""
     profile = load_profile(request.target)
+    requested = requested_variants(profile, request.variants)
     spec = load_spec(request.model or demo_spec_path(), request.input_shape)
-    problems = dynamic_shape_problems(profile, spec)
+    problems = dynamic_shape_problems(profile, spec, requested)
     if problems:
         raise ProfileError(f"profile {profile.name} with model {spec.source or spec.name}: " + "; ".join(problems)
                            + " (use another backend or precision for this model, or leave its dimensions fixed)")
@@ -85,7 +96,25 @@ def make_plan(request: BuildRequest) -> Plan:
     usable_folder(default_cache().root, f"cache folder (${ROOT_ENV})" if os.environ.get(ROOT_ENV) else "cache folder")
     made = [p for p in (out_dir, *out_dir.parents) if not p.exists()]
     usable_folder(out_dir, "--out" if request.out else "output folder")
-    return Plan(request, profile, spec, out_dir, devices, store, made)
+    return Plan(request, profile, spec, out_dir, devices, store, made, requested)
+
+
+def requested_variants(profile: Profile, names: list[str] | str | None) -> list[str] | None:
+    """The variants ``build --variant`` asks for, in the profile's order and each once; None for every
+    variant. A name the profile does not have is a ProfileError (exit 2) naming the profile file and
+    listing its variants, before any work."""
+    if names is None:
+        return None
+    names = [names] if isinstance(names, str) else list(names)  # the Python API: one name is one variant
+    known = [v.name for v in profile.variants]
+    for name in names:
+        if name not in known:
+            always = f" (the {REFERENCE} reference is built with any of them)" if name == REFERENCE else ""
+            raise ProfileError(f"--variant {name}: {profile.path or profile.name} has no variant {name!r}; its "
+                               f"variants: {', '.join(known)}{did_you_mean(name, known)}{always}")
+    if not names:
+        raise ProfileError(f"--variant: no variant named; {profile.path or profile.name} has {', '.join(known)}")
+    return [n for n in known if n in names]
 
 
 def resolve_devices(request: BuildRequest, defaults: list[str] | None = None) -> list[Device]:

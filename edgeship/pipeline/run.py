@@ -28,7 +28,8 @@ from edgeship.pipeline.budget import CalibrationBudget
 from edgeship.pipeline.finish import Unchanged, publish_build, record_build, record_pending, reuse_output
 from edgeship.pipeline.gates import judge_row, results_or_gate_failure
 from edgeship.pipeline.lower import Lowered, lower_variant, restored
-from edgeship.pipeline.output import RESULTS, WORK, BuildFolder, report_names
+from edgeship.pipeline.output import RESULTS, STAGED, WORK, BuildFolder, report_names
+from edgeship.pipeline.partial import EarlierBuild, earlier_build
 from edgeship.pipeline.plan import BuildRequest, Plan, make_plan
 from edgeship.pipeline.schedule import (
     ReuseKey,
@@ -64,8 +65,8 @@ def build(request: BuildRequest) -> Results:
     progress = Progress(request.quiet)
     with progress.step("plan") as status:
         plan = make_plan(request)
-        status["result"] = (f"{plan.profile.name}: {len(plan.profile.variants)} variants of "
-                            f"{plan.spec.name}, devices {', '.join(d.name for d in plan.devices)}")
+        status["result"] = (f"{plan.profile.name}: {_variants_text(plan)} of {plan.spec.name}, devices "
+                            f"{', '.join(d.name for d in plan.devices)}")
     folder = BuildFolder(plan.out_dir)
     before = folder.manifest() is not None or (plan.out_dir / RESULTS).exists()
 
@@ -110,14 +111,17 @@ def _build(plan: Plan, folder: BuildFolder, progress: Progress, watchdog: Watchd
         status["result"] = ref.data.source
     _notices(cache, progress)
     staged = folder.stage()
-    lowered = lower_all(plan, model, progress, calibration, keys, cache, staged, ref.judge, watchdog)
+    earlier = earlier_build(plan, progress.info)
+    lowered = lower_all(plan, model, progress, calibration, keys, cache, staged, ref.judge, watchdog, earlier)
     rows = [eager_row(plan, model, ref)] + [variant_row(staged, item) for item in lowered]
     validate_all(plan, model, ref, lowered, rows, progress,
-                 None if plan.request.remeasure else Measurements(cache, keys, plan.profile.latency))
+                 None if plan.request.remeasure else Measurements(cache, keys, plan.profile.latency), earlier)
     selection = select_variant(plan.profile.selection, rows, plan.devices[0].name) if plan.profile.selection else None
     results = Results(target=plan.profile.name, created=now_utc(), model=model_info(model, ref),
                       toolchain=toolchain(), variants=rows, selection=selection,
-                      build_key=build_key, notes=unmeasured_devices(rows, [d.name for d in plan.devices]))
+                      build_key=build_key, requested_variants=plan.requested,
+                      notes=unmeasured_devices(rows, [d.name for d in plan.devices])
+                      + (earlier.left_out(plan, rows) if earlier is not None else []))
     record_build(plan, folder, publish_build(plan, folder, results, progress), progress)
     return _verdict(plan, results)
 
@@ -165,6 +169,12 @@ def expected_files(plan: Plan) -> list[str]:
     return names + [f"{v.name}/model{SPECS[v.backend].suffix}" for v in plan.profile.variants]
 
 
+def _variants_text(plan: Plan) -> str:
+    """``5 variants``, or for a build --variant ``1 of 5 variants (name)``."""
+    total = f"{len(plan.profile.variants)} variants"
+    return total if plan.requested is None else f"{len(plan.requested)} of {total} ({', '.join(plan.requested)})"
+
+
 def target_cpu_stage(plan: Plan, progress: Progress) -> list[tuple[str, dict[str, object]]] | None:
     """The CPUs the artifacts whose lowering depends on the CPU will run on (this machine's; each
     remote device's probe, cached per device) of the variants whose backend ``reads_cpus`` (an
@@ -201,8 +211,8 @@ def _notices(cache: Cache, progress: Progress) -> None:
 
 def calibration_stage(plan: Plan, progress: Progress, watchdog: Watchdog) -> Dataset | None:
     """Calibration samples, read and checked before the model loads; None when no variant calibrates."""
-    if not calibration_variants(plan.profile):
-        return None
+    if not any(plan.builds(v.name) for v in calibration_variants(plan.profile)):
+        return None  # (a build --variant reads the same samples as a full build: its artifacts are the same)
     bounded = watchdog.bounded("calibration data", "calibration_s", progress=True)  # a batch read is progress
     with progress.step("calibration data") as status, bounded:
         data = calibration_data(plan.profile, plan.spec, plan.calibration_source)
@@ -220,16 +230,23 @@ def batch_size(model: LazyModel) -> int:
 
 
 def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dataset | None,
-              keys: StageKeys, cache: Cache, staged: Path, judge: TaskJudge, watchdog: Watchdog) -> list[Lowered]:
-    """Lower every variant into the staging folder, or restore it there from the stage cache (checked);
-    CaptureError when no capture method takes the model at all. ``judge`` reads the float model's
-    outputs for the accuracy budget some quantizers choose by; each capture method and each lowering
-    run under the ``watchdog``'s limits."""
+              keys: StageKeys, cache: Cache, staged: Path, judge: TaskJudge, watchdog: Watchdog,
+              earlier: EarlierBuild | None = None) -> list[Lowered]:
+    """Lower every variant the build makes into the staging folder, or restore it there from the stage
+    cache (checked), and for a build --variant restore the artifacts of the earlier build's variants it
+    may keep (``earlier``); CaptureError when no capture method takes the model at all. ``judge`` reads the
+    float model's outputs for the accuracy budget some quantizers choose by; each capture method and
+    each lowering run under the ``watchdog``'s limits."""
     step = {"label": ""}  # the variant whose step captures (a capture method runs once, for the first that needs it)
     capturer = Capturer(model, bounded=lambda stage: watchdog.bounded(f"{step['label']}: {stage}", "capture_s"))
     out = []
     provide = (lambda: calibration) if calibration is not None else None
+    keeping = {v.name for v in earlier.candidates(plan)} if earlier is not None else set()
     for variant in plan.profile.variants:
+        if not plan.builds(variant.name):
+            item = _keep(variant, earlier, keys, cache, staged, progress) if variant.name in keeping else None
+            out += [item] if item is not None else []
+            continue
         step["label"] = f"lower {variant.name} ({variant.backend} {variant.precision})"
         with progress.step(step["label"]) as status:
             key = keys.artifact(variant)
@@ -249,11 +266,22 @@ def lower_all(plan: Plan, model: LazyModel, progress: Progress, calibration: Dat
                     status["result"] = f"{_size(item.artifact.path)} via {item.capture}"
         _notices(cache, progress)
         out.append(item)
-    if all(item.capture is None for item in out):
+    if all(item.capture is None for item in out if plan.builds(item.variant.name)):
         tried = "; ".join(str(f) for f in capturer.failures())
         raise CaptureError(f"{plan.spec.source or plan.spec.name}: the model could not be captured by "
                            f"any method the profile allows: {tried}")
     return out
+
+
+def _keep(variant: Variant, earlier: EarlierBuild, keys: StageKeys, cache: Cache, staged: Path,
+          progress: Progress) -> Lowered | None:
+    """A variant the build --variant did not ask for: its earlier artifact, when it may be kept."""
+    with progress.step(f"keep {variant.name} from the earlier build") as status:
+        item = earlier.artifact(variant, keys, cache, staged)
+        status.update(result=f"{_size(item.artifact.path)}, from the stage cache" if item else "not kept",
+                      warn="" if item else "1")
+    _notices(cache, progress)
+    return item
 
 
 def eager_row(plan: Plan, model: LazyModel, ref: Reference) -> VariantResult:
@@ -287,16 +315,21 @@ def variant_row(staged: Path, item: Lowered) -> VariantResult:
 
 
 def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Lowered],
-                 rows: list[VariantResult], progress: Progress, kept: Measurements | None = None) -> None:
+                 rows: list[VariantResult], progress: Progress, kept: Measurements | None = None,
+                 earlier: EarlierBuild | None = None) -> None:
     """Measure the eager model and every artifact on every device (devices concurrently, one job
     at a time on each); fill each row's latency, accuracy and gates. With ``kept`` (the stage
     cache's measurements), a pair another build measured on this machine (the same file, inputs and
-    settings) is taken from it, and what is measured here is kept there."""
+    settings) is taken from it, and what is measured here is kept there. For a build --variant, the
+    rows of variants not asked for take their measurements from the ``earlier`` build, never measured
+    here; a row whose measurements do not all hold is dropped from ``rows`` and ``lowered``."""
     jobs: list[tuple[VariantResult, Job, str | None]] = [(rows[0], eager_job(plan, model, ref), None)]
     for item, row in zip(lowered, rows[1:]):
         if item.artifact is not None:
             jobs.append((row, artifact_job(plan, model, ref, item),
                          item.backend.unavailable_here(item.options, item.variant.precision)))
+    others = [j for j in jobs if not plan.builds(j[0].name)]   # a build --variant's rows kept from the earlier one
+    jobs = [j for j in jobs if plan.builds(j[0].name)]
     sized = size_jobs(plan, ref, jobs[1:])
     current = ReuseKey((model.spec.entry, model.weights_sha256, model.params), inputs_fingerprint(ref),
                        reference_fingerprint(ref),
@@ -316,6 +349,10 @@ def validate_all(plan: Plan, model: LazyModel, ref: Reference, lowered: list[Low
     if cached:
         progress.info(f"measured by an earlier build on this machine, reused from the stage cache: "
                              f"{len(cached)} of {len(tasks)} ({', '.join(cached)})")
+    if earlier is not None:   # every measurement taken from the earlier build, or the row is dropped
+        tasks += earlier.measurements(others + size_jobs(plan, ref, others), plan, current, plan.out_dir / WORK)
+        earlier.discard(rows, lowered, plan.out_dir / WORK / STAGED)
+        jobs += [j for j in others if any(j[0] is row for row in rows)]
     with progress.step(f"measure on {', '.join(d.name for d in plan.devices)}") as status:
         measure_all(tasks, plan.profile.latency, progress)
         status["result"] = f"{sum(t.reused is None for t in tasks)} measurement(s)"

@@ -149,10 +149,12 @@ class StageKeys:
         return key
 
     def build(self) -> str:
-        """The whole build: everything above plus the profile, devices and request."""
+        """The whole build: everything above plus the profile, devices and request (a build --variant's
+        variants as the plan checked them: ``--variant b --variant a`` is ``--variant a --variant b``)."""
         plan = self.plan
         request = {k: str(v) for k, v in vars(plan.request).items()
-                   if k not in ("quiet", "debug", "out", "device_wrapper", "matrix")}
+                   if k not in ("quiet", "debug", "out", "device_wrapper", "matrix", "variants")}
+        request["variants"] = str(plan.requested)  # as checked: in the profile's order, each once
         devices = [(d.name, type(d).__name__, getattr(d, "address", None)) for d in plan.devices]
         cpus = {"cpus": self.cpus} if self.cpus is not None else {}
         return cache_key({**self.reference(), "calibration": self.calibration, "devices": devices,

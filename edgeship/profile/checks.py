@@ -37,14 +37,15 @@ def backend_problems(profile: Profile) -> list[str]:
     return problems
 
 
-def dynamic_shape_problems(profile: Profile, spec: ModelSpec) -> list[str]:
-    """Variants whose backend, precision or options cannot take the model spec's dynamic dimensions
-    (none when the spec has no dynamic dimensions); each names the variant, the dimensions and why."""
+def dynamic_shape_problems(profile: Profile, spec: ModelSpec, only: list[str] | None = None) -> list[str]:
+    """Variants (``only`` these names, when given: a build --variant) whose backend, precision or options
+    cannot take the model spec's dynamic dimensions (none when the spec has no dynamic dimensions); each
+    names the variant, the dimensions and why."""
     if not shapes.is_dynamic(spec):
         return []
     dims = shapes.describe(spec)
     return [f"variants[{i}] ({v.name}): backend {v.backend} cannot take the model's dynamic dimensions ({dims}): {p}"
-            for i, v in enumerate(profile.variants)
+            for i, v in enumerate(profile.variants) if only is None or v.name in only
             for p in SPECS[v.backend].dynamic_shape_problems(v.precision, v.options)]
 
 

@@ -13,18 +13,35 @@ from edgeship.profile.models import NAME_PATTERN, Profile
 PROJECT_TARGETS = Path(__file__).resolve().parents[2] / "targets"
 
 
+def profile_folders() -> list[Path]:
+    """Where ``--target NAME`` looks, first match first: the working folder's ``targets/`` (a project's
+    own profiles), then edgeship's built-in ones."""
+    return [Path.cwd() / "targets", PROJECT_TARGETS]
+
+
+def profile_files(search: list[Path] | None = None) -> dict[str, Path]:
+    """Every profile name ``--target NAME`` accepts, with the file it resolves to (a name in an earlier
+    folder hides the same name in a later one), sorted by name."""
+    found: dict[str, Path] = {}
+    for folder in search or profile_folders():
+        for path in sorted(folder.glob("*.toml")) if folder.is_dir() else []:
+            if re.match(NAME_PATTERN, path.stem) and path.is_file():
+                found.setdefault(path.stem, path)
+    return dict(sorted(found.items()))
+
+
 def resolve_profile_path(target: str, search: list[Path] | None = None) -> Path:
     """``host`` -> ``targets/host.toml`` (cwd first, then the project folder); a path stays a path."""
     if target.endswith(".toml") or "/" in target or "\\" in target:
         return Path(target)
     if not re.match(NAME_PATTERN, target):
         raise ProfileError(f"target {target!r}: not a profile name or a .toml path")
-    dirs = search or [Path.cwd() / "targets", PROJECT_TARGETS]
+    dirs = search or profile_folders()
     for d in dirs:
         if (d / f"{target}.toml").is_file():
             return d / f"{target}.toml"
-    known = sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.toml")})
-    raise ProfileError(f"target {target!r}: no {target}.toml in {dirs[0]}; known targets: "
+    known = list(profile_files(dirs))
+    raise ProfileError(f"target {target!r}: no {target}.toml in {' or '.join(map(str, dirs))}; known targets: "
                        f"{', '.join(known) or 'none'}{did_you_mean(target, known)}")
 
 

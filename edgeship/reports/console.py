@@ -72,9 +72,15 @@ def _marked(lat: Latency | None, cells: list[str] | tuple[str, ...]) -> list[str
 
 
 def _caption(results: Results) -> Text | None:
-    """What the reuse marks in the table mean, one line for each kind present; None when none is."""
+    """What the reuse marks in the table mean, one line for each kind present, and for a build --variant
+    which rows it built; None when there is nothing to say."""
     kinds = {reuse(lat) for v in results.variants for lat in v.latency if lat.size is None} - {None}  # rows shown
     lines = [f"{MARKS[k]} {CAPTIONS[k]}" for k in MARKS if k in kinds]
+    if results.requested_variants is not None:
+        kept = [v.name for v in results.variants if not results.built(v)]
+        lines.append(f"built: {', '.join(results.requested_variants)} (build --variant)" + (
+            f"; kept from the earlier build in this folder (they do not decide the exit status): {', '.join(kept)}"
+            if kept else ""))
     return _text("\n".join(lines)) if lines else None
 
 

@@ -54,3 +54,21 @@ def test_select_variants_with_nothing_to_bundle_names_every_reason(build) -> Non
     profile, results = build
     with pytest.raises(BundleError, match="no variant goes into the ios bundle .*mobile-fp32: ios bundles take"):
         select_variants(PLATFORMS["ios"], BundleSettings(platforms=["ios"], variants=["mobile-fp32"]), profile, results)
+
+
+def test_select_variants_named_variant_a_partial_build_did_not_make_is_left_out_with_a_warning(tmp_path) -> None:
+    """After ``build --variant a`` into a new folder, results.json has no row of b: naming b says so."""
+    from edgeship.results import ModelInfo, VariantResult
+    from tests.conftest import write_profile
+
+    mobile = '\n[[variants]]\nname = "{}"\nbackend = "pytorch-mobile"\n'
+    profile = load_profile(write_profile(tmp_path, mobile.format("a") + mobile.format("b")))
+    rows = [VariantResult(name="eager", backend="eager", precision="fp32"),
+            VariantResult(name="a", backend="pytorch-mobile", precision="fp32", file="a/model.ptl", sha256="0" * 64)]
+    results = Results(target=profile.name, created="2026-01-01T00:00:00Z", toolchain={}, variants=rows,
+                      model=ModelInfo(name="m", entry="m:b", inputs=[], params=1), requested_variants=["a"])
+    sel = select_variants(PLATFORMS["android"], BundleSettings(platforms=["android"], variants=["a", "b"]), profile,
+                          results)
+    assert chosen(sel) == ["a"]
+    why = "not in results.json: the build did not make it (a build --variant a); edgeship build --variant b makes it"
+    assert {"variant": "b", "why": why} in sel.left_out and sel.warnings == [f"b is named but left out: {why}"]
