@@ -50,6 +50,24 @@ def test_docs_blocks_are_all_run_or_skipped_with_a_reason() -> None:
     assert any(page.name == "README.md" and page.run for page in PAGES), "README.md runs no block"
 
 
+def relative_links(page: Path) -> list[str]:
+    """The targets of a page's Markdown links that are paths in the repository (no URL, no bare anchor)."""
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").parse(page.read_text(encoding="utf-8"))
+    hrefs = [child.attrs["href"] for t in tokens if t.type == "inline" for child in t.children or ()
+             if child.type == "link_open"]
+    return [h for h in hrefs if "://" not in h and not h.startswith(("#", "mailto:"))]
+
+
+def test_readme_links_lead_to_files_of_the_repository() -> None:
+    """README.md is read on GitHub, outside the site's strict build: its relative links must resolve."""
+    readme = REPO / "README.md"
+    links = relative_links(readme)
+    broken = [link for link in links if not (readme.parent / link.split("#")[0]).exists()]
+    assert links and not broken, f"README.md links to what does not exist: {broken}"
+
+
 @pytest.fixture(scope="module")
 def mkdocs() -> str:
     """The venv's mkdocs (the `docs` extra of pyproject.toml)."""
