@@ -203,7 +203,11 @@ def render(results: Path = RESULTS) -> str:
 
 def on_files(files, config):
     """MkDocs hook: the page, generated, as docs/benchmarks.md."""
+    from mkdocs.exceptions import PluginError
     from mkdocs.structure.files import File
 
+    if files.get_file_from_path(PAGE) is not None:
+        raise PluginError(f"docs/{PAGE} is written by docs/hooks/benchmarks.py from benchmarks/results/*.json: "
+                          "remove the file in docs/ and change the hook instead")
     files.append(File.generated(config, PAGE, content=render()))
     return files

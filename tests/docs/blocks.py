@@ -159,11 +159,10 @@ def parse_page(path: Path, repo: Path) -> Page:
         blocks.append(block)
     problems += [f"line {n}: marker `test{rest.rstrip()}` is not on the line right before a fenced block"
                  for n, rest in sorted(markers.items())]
-    starts = {first for _, _, first, _ in fences}
     inside = {n for start, end in spans for n in range(start, end + 1)}
     for n, line in enumerate(lines, 1):
         found = FENCE_LINE.match(line)
-        if found and found["lang"] in RUN and n not in starts and n not in inside:
+        if found and found["lang"] in RUN and n not in inside:
             problems.append(f"line {n}: a `{found['lang']}` fence the Markdown parser does not see as a block "
                             "(indented under an admonition, a tab or a list?): it would never run")
     return Page(path, path.relative_to(repo).as_posix(), blocks, problems)
