@@ -9,7 +9,7 @@ DEVICE ?=
 
 .DEFAULT_GOAL := build
 WEB    := web/node_modules/.installed
-.PHONY: build setup setup-arm test-deps lint test test-slow test-all matrix bench bench-trained bench-team bench-quick bench-quant bench-cpu-kinds bench-ceiling bench-profile bench-web-settings bench-web-ceiling zoo clean
+.PHONY: build setup setup-arm test-deps lint docs test test-slow test-all matrix bench bench-trained bench-team bench-quick bench-quant bench-cpu-kinds bench-ceiling bench-profile bench-web-settings bench-web-ceiling zoo clean
 
 # The sentinel is rebuilt when .venv is missing or pyproject.toml changed. torch comes first, on its
 # own, so a newcomer sees why the first run takes minutes. --no-compile: Python writes the bytecode of
@@ -31,8 +31,8 @@ $(VENV)/.installed: pyproject.toml
 	@$(BIN)/python -m pip install --quiet --upgrade pip
 	@echo "  installing $(TORCH_PINS) (large, once)"; start=$$(date +%s); \
 		$(PIP_INSTALL) $(TORCH_PINS) && echo "  ... done in $$(( $$(date +%s) - start )) s"
-	@echo "  installing edgeship, ExecuTorch, ONNX Runtime, OpenVINO, NNCF and the test tools"; start=$$(date +%s); \
-		$(PIP_INSTALL) -e '.[test,team,trained]' && echo "  ... done in $$(( $$(date +%s) - start )) s"
+	@echo "  installing edgeship, ExecuTorch, ONNX Runtime, OpenVINO, NNCF, the test and docs tools"; start=$$(date +%s); \
+		$(PIP_INSTALL) -e '.[test,team,trained,docs]' && echo "  ... done in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
 # onnxruntime-web (pinned in web/package-lock.json) for the browser device and web bundles. Without
@@ -66,7 +66,12 @@ build: $(VENV)/.installed $(WEB)
 		$(if $(DEVICES),--devices $(DEVICES)) $(foreach d,$(DEVICE),--device $(d))
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check edgeship tests benchmarks
+	$(BIN)/ruff check edgeship tests benchmarks docs/hooks
+
+# The documentation site (mkdocs.yml, docs/) into site/: strict, so a broken link, anchor, page left out of
+# the nav or API reference fails it. docs/benchmarks.md is generated from benchmarks/results/*.json.
+docs: $(VENV)/.installed
+	$(BIN)/mkdocs build --strict --site-dir site
 
 # On every core (pytest-xdist); tests that share a server or time a device carry an xdist_group and
 # run on one worker, the longest groups first (tests/scheduling.py FIRST; xdist's own reordering by

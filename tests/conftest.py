@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest_plugins = ["tests.docs.report"]  # the closing block's list of docs blocks not run (tests/docs)
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 
