@@ -376,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # edgeship's commands return their status: this came from user code they ran
         return _fail(user_code_exit(e, f"edgeship {args.command}"), args)
     except OSError as e:  # the environment: a full disk, a read-only folder, an I/O error (exit 1)
+        if isinstance(e, BrokenPipeError) and _reader_gone():
+            return 141  # `edgeship targets | head`: the reader left; 128 + SIGPIPE, as the shell's own commands end
         return _fail(os_failure(e), args)
 
 
@@ -389,6 +391,23 @@ def run() -> None:
     code = main()
     gc.freeze()
     sys.exit(code)
+
+
+def _reader_gone() -> bool:
+    """Whether standard output is a pipe whose reader has closed it (poll says POLLERR): then stdout is
+    pointed at /dev/null, so the interpreter's last flush does not fail again."""
+    import os
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        gone = any(event & select.POLLERR for _fd, event in poller.poll(0))
+        if gone:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return gone
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _fail(e: EdgeshipError, args: argparse.Namespace) -> int:

@@ -246,3 +246,16 @@ def test_cli_report_threshold_must_be_a_finite_number(capsys, value: str) -> Non
 def test_cli_path_with_a_nul_character_exits_2(capsys, argv: list[str]) -> None:
     code, _, err = run(capsys, *argv)
     assert code == 2 and "a path cannot contain a NUL character" in err and "Traceback" not in err
+
+
+def test_cli_output_piped_into_a_reader_that_leaves_ends_quietly_with_141(tmp_path) -> None:
+    """`edgeship targets | head -1`: the reader closes the pipe; no "error: Broken pipe" and no traceback."""
+    import subprocess
+    import sys
+
+    with subprocess.Popen([sys.executable, "-m", "edgeship", "targets"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, cwd=tmp_path) as proc:
+        proc.stdout.close()   # the reader leaves before the first line (the command takes a second to start)
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=60)
+    assert code == 141 and err == "", err
