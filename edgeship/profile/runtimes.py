@@ -35,15 +35,17 @@ def pip_line(extras: set[str], dists: set[str] = frozenset()) -> str:  # type: i
     return " ".join(["pip install", *words, *sorted(dists)])
 
 
-def require_runtimes(profile: Profile) -> None:
-    """Stop (MissingRuntimeError, exit 2) when a variant of ``profile`` needs a distribution that is not
-    installed: the message names each such variant, its backend and what is missing, then the pip line."""
+def require_runtimes(profile: Profile, only: list[str] | None = None) -> None:
+    """Stop (MissingRuntimeError, exit 2) when a variant of ``profile`` (of those named ``only``; None: every
+    one) needs a distribution that is not installed: the message names each such variant, its backend and
+    what is missing, then the pip line."""
+    built = [v for v in profile.variants if only is None or v.name in only]
     lines, extras, dists = [], set(), set()
-    for backend in dict.fromkeys(v.backend for v in profile.variants):
+    for backend in dict.fromkeys(v.backend for v in built):
         missing, extra = missing_for(backend), SPECS[backend].extra
         if not missing:
             continue
-        variants = ", ".join(v.name for v in profile.variants if v.backend == backend)
+        variants = ", ".join(v.name for v in built if v.backend == backend)
         lines.append(f"  {variants}: backend {backend} needs {', '.join(missing)}"
                      + (f" (the {extra} extra)" if extra else ""))
         extras |= {extra} if extra else set()

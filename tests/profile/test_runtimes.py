@@ -43,6 +43,14 @@ def test_require_runtimes_passes_when_the_profile_needs_only_what_is_installed(m
     runtimes.require_runtimes(load_profile("linux"))  # aoti, torchscript and onnx: torch and the onnx extra
 
 
+def test_require_runtimes_checks_only_the_variants_built_when_some_are_named(monkeypatch) -> None:
+    without(monkeypatch, "executorch", "openvino", "nncf")
+    runtimes.require_runtimes(load_profile("host"), ["mobile-fp32", "onnx-int8"])  # build --variant
+    with pytest.raises(MissingRuntimeError) as e:
+        runtimes.require_runtimes(load_profile("host"), ["onnx-fp32", "openvino-int8"])
+    assert str(e.value).splitlines()[-1] == 'pip install "edgeship[openvino]"' and "executorch" not in str(e.value)
+
+
 def test_require_runtimes_lists_distributions_of_a_backend_without_an_extra(monkeypatch) -> None:
     without(monkeypatch, "coremltools", "onnxruntime")
     monkeypatch.setattr(SPECS["coreml"], "extra", None)  # as a backend package from EDGESHIP_BACKENDS_PATH may be
@@ -77,3 +85,4 @@ def test_cli_build_with_a_missing_runtime_exits_2_before_any_work(monkeypatch, c
     assert err.rstrip().splitlines()[-1] == 'pip install "edgeship[onnx]"'
     assert "ort: backend onnx needs onnxruntime (the onnx extra)" in err and str(profile) in err
     assert not marker.exists() and not out.exists()
+
