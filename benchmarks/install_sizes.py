@@ -7,13 +7,15 @@ require, which any venv of edgeship holds alike; here a CUDA build of torch, mos
 rest. For each extra of edgeship found installed in a venv: what it adds beyond the core package
 (the distributions its requirements reach that the core's do not). Sizes are the files each
 distribution's RECORD lists, as they are on disk. ``--write`` also writes
-benchmarks/results/install_sizes.json.
+benchmarks/results/install_sizes.json (each venv by its folder's name), which docs/install.md quotes.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import platform
 import sys
+from datetime import datetime, timezone
 from importlib.metadata import Distribution, distributions
 from pathlib import Path
 
@@ -87,7 +89,7 @@ def measure(venv: Path) -> dict:
     sizes = {name: dist_bytes(d) for name, d in dists.items()}
     torch = closure(dists, [Requirement(n) for n in TORCH])
     core = closure(dists, [Requirement("edgeship")]) if "edgeship" in dists else set()
-    out = {"venv": str(venv), "site_packages_mib": round(sum(sizes.values()) / MIB),
+    out = {"venv": venv.name, "python": root.parent.name, "site_packages_mib": round(sum(sizes.values()) / MIB),
            "torch_build_mib": round(sum(sizes[n] for n in torch) / MIB),
            "rest_mib": round(sum(v for n, v in sizes.items() if n not in torch) / MIB),
            "core_mib": round(sum(sizes[n] for n in core - torch) / MIB), "extras_mib": {}}
@@ -111,7 +113,9 @@ def main() -> None:
               f"MiB + the rest {row['rest_mib']} MiB (the core package's own {row['core_mib']} MiB); "
               f"beyond the core, MiB: {extras}")
     if args.write:
-        RESULTS.write_text(json.dumps(rows, indent=2) + "\n")
+        created = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        doc = {"created": created, "host": f"{platform.system()} {platform.machine()}", "venvs": rows}
+        RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ that installs every missing extra (what "installed" means is patched here; tests
 makes a real venv with only the onnx extra)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from edgeship.errors import MissingRuntimeError
 from edgeship.profile import load_profile
 from tests.conftest import write_profile
 
+INSTALL_PAGE = Path(__file__).resolve().parents[2] / "docs" / "install.md"
 ONNX_ONLY = """
 [[variants]]
 name = "ort"
@@ -86,3 +88,14 @@ def test_cli_build_with_a_missing_runtime_exits_2_before_any_work(monkeypatch, c
     assert "ort: backend onnx needs onnxruntime (the onnx extra)" in err and str(profile) in err
     assert not marker.exists() and not out.exists()
 
+
+def test_install_page_shows_the_refusal_as_a_build_prints_it(monkeypatch) -> None:
+    """docs/install.md's console block (not run by the docs tests) is the message require_runtimes gives."""
+    block = INSTALL_PAGE.read_text().split("```console\n", 1)[1].split("```", 1)[0].splitlines()
+    shown = block[next(i for i, line in enumerate(block) if line.startswith("edgeship: error: ")):]
+    without(monkeypatch, "executorch", "openvino", "nncf")
+    with pytest.raises(MissingRuntimeError) as e:
+        runtimes.require_runtimes(load_profile("host"))
+    printed = f"edgeship: error: {e.value}".splitlines()
+    assert [re.sub(r"\(\S*/host\.toml\)", "(host.toml)", line) for line in shown] == \
+        [re.sub(r"\(\S*/host\.toml\)", "(host.toml)", line) for line in printed]
