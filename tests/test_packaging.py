@@ -3,7 +3,8 @@ venvs and run from empty folders, outside the repository.
 
 - With only the onnx extra (its dependencies really installed, torch from this machine's disk): none of
   ExecuTorch, OpenVINO, NNCF or Core ML tools is there, an onnx-only profile builds without importing any
-  of them (nor torchao), and the host profile is refused with the pip line before any work.
+  of them (nor torchao), ``edgeship devices check`` lists the runtimes there are, and the host profile is
+  refused with the pip line before any work.
 - The wheel's package data is complete: every file of the package folder is in the wheel, and the wheel
   alone (its dependencies linked from this venv: installing every runtime again takes about four minutes)
   runs ``edgeship build --target host`` from an empty folder, the built-in profiles and the demo's weights
@@ -149,6 +150,11 @@ def test_wheel_with_only_the_onnx_extra_builds_onnx_and_refuses_host(wheel: Path
     assert built == {"code": 0, "imported": []}
     results = json.loads((work / "artifacts" / "onnx-only" / "digitnet" / "results.json").read_text())
     assert [v["name"] for v in results["variants"]] == ["eager", "onnx-fp32", "onnx-int8"]
+
+    check = subprocess.run([str(python.parent / "edgeship"), "devices", "check", "host"], cwd=work, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0 and "onnxruntime     1." in check.stdout, check.stdout + check.stderr
+    assert "executorch      not importable" in check.stdout  # the runner works with the runtimes there are
 
     empty = tmp_path / "empty"
     empty.mkdir()
