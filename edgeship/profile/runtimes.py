@@ -29,7 +29,7 @@ def missing_for(backend: str) -> list[str]:
     return [dist for dist in SPECS[backend].requires if not installed(dist)]
 
 
-def pip_line(extras: set[str], dists: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+def pip_line(extras: set[str], dists: set[str]) -> str:
     """The one command installing ``extras`` of edgeship and ``dists`` (those of a backend without an extra)."""
     words = [f'"edgeship[{",".join(sorted(extras))}]"'] if extras else []
     return " ".join(["pip install", *words, *sorted(dists)])
