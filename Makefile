@@ -31,8 +31,8 @@ $(VENV)/.installed: pyproject.toml
 	@$(BIN)/python -m pip install --quiet --upgrade pip
 	@echo "  installing $(TORCH_PINS) (large, once)"; start=$$(date +%s); \
 		$(PIP_INSTALL) $(TORCH_PINS) && echo "  ... done in $$(( $$(date +%s) - start )) s"
-	@echo "  installing edgeship, ExecuTorch, ONNX Runtime, OpenVINO, NNCF, the test and docs tools"; start=$$(date +%s); \
-		$(PIP_INSTALL) -e '.[test,team,trained,docs]' && echo "  ... done in $$(( $$(date +%s) - start )) s"
+	@echo "  installing edgeship with every runtime (ExecuTorch, ONNX Runtime, OpenVINO, NNCF, Core ML tools), the test and docs tools"; start=$$(date +%s); \
+		$(PIP_INSTALL) -e '.[all,test,team,trained,docs]' && echo "  ... done in $$(( $$(date +%s) - start )) s"
 	@touch $@
 
 # onnxruntime-web (pinned in web/package-lock.json) for the browser device and web bundles. Without

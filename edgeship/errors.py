@@ -59,6 +59,11 @@ class BundleError(BadInputError):
     """A bundle that cannot be made, or a bundle file that fails its check."""
 
 
+class MissingRuntimeError(BadInputError):
+    """A profile names backends whose runtimes (Python distributions) are not installed here: the message
+    names the variants and ends with the one ``pip install "edgeship[...]"`` line that installs them."""
+
+
 class OutputError(BadInputError):
     """An output or cache folder that cannot be used: not a folder, not writable, not edgeship's,
     or out of space while writing (the message names the path and what was needed)."""

@@ -175,3 +175,44 @@ def test_architecture_only_a_backend_package_names_a_backend() -> None:
 def test_architecture_backend_name_check_finds_both_spellings() -> None:
     assert backend_names_in("lowered by backends/pytorch_mobile, see OpenVINO") == {"pytorch_mobile", "openvino"}
     assert backend_names_in("aotinductor, onnxruntime, coremltools") == set()
+
+
+# The runtimes a backend's extra installs (and the SDKs of optional parts): imported inside the functions that
+# use them, never when a module is imported, so a build imports only its own backends' runtimes and a venv
+# with one extra (pip install "edgeship[onnx]") imports edgeship whole.
+RUNTIME_PACKAGES = ("executorch", "openvino", "nncf", "coremltools", "torchao", "onnx", "onnxruntime", "onnxscript",
+                    "onnxslim", "tensorrt", "polygraphy", "scipy", "sklearn", "playwright", "ray")
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """The top-level packages ``path`` imports when it is imported (not inside a function or class, nor
+    under ``if TYPE_CHECKING``)."""
+    found: set[str] = set()
+    pending = list(ast.parse(path.read_text(encoding="utf-8")).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            pending += node.orelse
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            pending += [n for field in ("body", "orelse", "finalbody", "handlers") for n in getattr(node, field, [])]
+        elif isinstance(node, ast.ExceptHandler):
+            pending += node.body
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_architecture_runtimes_are_imported_only_where_used() -> None:
+    eager = {str(p.relative_to(PACKAGE)): sorted(found) for p in PACKAGE.rglob("*.py")
+             if (found := module_level_imports(p) & set(RUNTIME_PACKAGES))}
+    assert not eager, f"runtimes imported when the module is imported: {eager}"
+
+
+def test_architecture_runtime_import_check_catches_a_module_level_import(tmp_path: Path) -> None:
+    fake = tmp_path / "lower.py"
+    fake.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import nncf\n"
+                    "try:\n    import openvino.runtime as ov\nexcept ImportError:\n    ov = None\n"
+                    "def f():\n    import onnx\n")
+    assert module_level_imports(fake) == {"typing", "openvino"}

@@ -52,6 +52,12 @@ class BackendSpec:
     # The Python distributions besides torch whose versions shape its artifacts: recorded in
     # results.json's toolchain and keying the stage cache, so an upgrade builds them again.
     toolchain: ClassVar[tuple[str, ...]] = ()
+    # The extra of edgeship (pyproject.toml's optional-dependencies: pip install "edgeship[<extra>]") that
+    # installs what building its variants on this machine needs, and the Python distributions of it a build
+    # checks for before any work (profile/runtimes.py, by their metadata: nothing is imported). None and ():
+    # torch and the core package are enough. A device's runtime (TensorRT on a Jetson) is not among them.
+    extra: ClassVar[str | None] = None
+    requires: ClassVar[tuple[str, ...]] = ()
     # Its device-side modules, shipped beside runner.py as <package>_<module>.py: "device" holds its
     # Runner classes (standard library, numpy and its runtime only; the runner finds every
     # *_device.py beside it), others are companions they import (runner.companion).

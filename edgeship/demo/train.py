@@ -1,6 +1,6 @@
 """Retrain the demo's weights and regenerate its data splits, deterministically.
 
-    python -m edgeship.demo.train            # writes edgeship/demo/digitnet.pt and calibration/digits/
+    python -m edgeship.demo.train            # writes edgeship/demo/: digitnet.pt, calib.npz, eval.npz
 
 scikit-learn ships the digits data set (1,797 8x8 images), so nothing is downloaded. The split is
 stratified and seeded: 360 held-out evaluation images, the rest for training, and 256 training
@@ -18,7 +18,6 @@ from torch import nn
 from edgeship.demo.digitnet import build
 
 DEMO_DIR = Path(__file__).resolve().parent
-DATA_DIR = DEMO_DIR.parent.parent / "calibration" / "digits"
 SEED = 0
 
 
@@ -76,11 +75,10 @@ def main() -> None:
     model = train(*data["train"], epochs=args.epochs)
     acc = top1(model, *data["eval"])
     print(f"held-out top-1: {acc:.4f} on {len(data['eval'][1])} images")
-    DATA_DIR.mkdir(parents=True, exist_ok=True)
     for name in ("calib", "eval"):
-        np.savez_compressed(DATA_DIR / f"{name}.npz", x=data[name][0], y=data[name][1])
+        np.savez_compressed(DEMO_DIR / f"{name}.npz", x=data[name][0], y=data[name][1])
     torch.save(model.state_dict(), DEMO_DIR / "digitnet.pt")
-    print(f"wrote {DEMO_DIR / 'digitnet.pt'} and {DATA_DIR}/{{calib,eval}}.npz")
+    print(f"wrote {DEMO_DIR}/{{digitnet.pt,calib.npz,eval.npz}}")
 
 
 if __name__ == "__main__":

@@ -120,7 +120,8 @@ def missing_setup(executable: str | None = None) -> str | None:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "playwright is not installed (pip install playwright; its browser download is never used)"
+        return ("playwright is not installed (pip install \"edgeship[web]\"; playwright's browser download is never "
+                "used)")
     package = ort_web_package()
     if package is None:
         return "onnxruntime-web is not installed (make setup runs npm ci in web/; or set EDGESHIP_ORT_WEB)"

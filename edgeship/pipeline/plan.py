@@ -16,6 +16,7 @@ from edgeship.devices import Device
 from edgeship.errors import DeviceError, ProfileError, did_you_mean
 from edgeship.profile import Profile, load_profile
 from edgeship.profile.checks import dynamic_shape_problems
+from edgeship.profile.runtimes import require_runtimes
 from edgeship.results import REFERENCE
 from edgeship.spec import ModelSpec, demo_spec_path, load_spec
 from edgeship.store import ResultsStore
@@ -79,10 +80,12 @@ class Plan:
 
 
 def make_plan(request: BuildRequest) -> Plan:
-    """Read and validate the profile, the model spec, the output and cache folders and the devices
-    (ProfileError, ModelSpecError, OutputError, ... exit 2)."""
+    """Read and validate the profile, that the runtimes its variants are built with are installed, the
+    model spec, the output and cache folders and the devices (ProfileError, MissingRuntimeError,
+    ModelSpecError, OutputError, ... exit 2)."""
     profile = load_profile(request.target)
     requested = requested_variants(profile, request.variants)
+    require_runtimes(profile, requested)
     spec = load_spec(request.model or demo_spec_path(), request.input_shape)
     problems = dynamic_shape_problems(profile, spec, requested)
     if problems:

@@ -10,7 +10,8 @@ from edgeship.profile.candidates import expand_candidates
 from edgeship.profile.checks import backend_problems, bundle_problems
 from edgeship.profile.models import NAME_PATTERN, Profile
 
-PROJECT_TARGETS = Path(__file__).resolve().parents[2] / "targets"
+# edgeship's own profiles: the package's targets/ (package data), in a checkout a link to the top-level targets/.
+PROJECT_TARGETS = Path(__file__).resolve().parents[1] / "targets"
 
 
 def profile_folders() -> list[Path]:
@@ -31,7 +32,7 @@ def profile_files(search: list[Path] | None = None) -> dict[str, Path]:
 
 
 def resolve_profile_path(target: str, search: list[Path] | None = None) -> Path:
-    """``host`` -> ``targets/host.toml`` (cwd first, then the project folder); a path stays a path."""
+    """``host`` -> ``targets/host.toml`` (the working folder's first, then edgeship's own); a path stays a path."""
     if target.endswith(".toml") or "/" in target or "\\" in target:
         return Path(target)
     if not re.match(NAME_PATTERN, target):

@@ -20,6 +20,8 @@ class CoremlSpec(BackendSpec):
     suffix = ".mlpackage"
     runtime = "coreml"
     toolchain = ("coremltools",)
+    extra = "coreml"
+    requires = ("coremltools",)
     unsupported_op_patterns = (
         r"convert function for op [`'](?P<op>\w+)[`']",
         r"(?:lowering for Torch|converting) [`'](?P<op>\w+)[`'] op",

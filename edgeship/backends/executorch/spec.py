@@ -26,6 +26,8 @@ class ExecutorchSpec(BackendSpec):
     suffix = ".pte"
     runtime = "executorch"
     toolchain = ("executorch", "torchao")
+    extra = "executorch"
+    requires = ("executorch", "torchao")
     unsupported_op_patterns = (r"Missing out variants: \{'(?P<ns>\w+)::(?P<op>\w+)",)  # to_executorch's check
     device_modules = ("device",)
     native_program = "executor_runner"  # native.py

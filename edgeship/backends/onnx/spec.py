@@ -22,6 +22,8 @@ class OnnxSpec(BackendSpec):
     suffix = ".onnx"
     runtime = "onnxruntime"
     toolchain = ("onnx", "onnxruntime", "onnxscript")
+    extra = "onnx"
+    requires = ("onnx", "onnxruntime", "onnxscript")
     # What torch's ONNX exporters say of an operator they cannot export: TorchScript-based, dynamo.
     unsupported_op_patterns = (r"Exporting the operator '(?P<ns>\w+)::(?P<op>\w+)'",
                                r"No ONNX function found for <OpOverload\(op='(?P<ns>\w+)\.(?P<op>\w+)'")

@@ -24,6 +24,8 @@ class OnnxWebSpec(BackendSpec):
     suffix = ".onnx"
     runtime = "onnxruntime-web"
     toolchain = ("onnx", "onnxscript")
+    extra = "web"
+    requires = ("onnx", "onnxruntime", "onnxscript")  # ONNX Runtime: int8 and the build machine's checks
     unsupported_op_patterns = OnnxSpec.unsupported_op_patterns  # the same exporters
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("web",)

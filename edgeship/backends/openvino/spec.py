@@ -29,6 +29,8 @@ class OpenvinoSpec(BackendSpec):
     suffix = ".openvino"
     runtime = "openvino"
     toolchain = ("openvino", "nncf")
+    extra = "openvino"
+    requires = ("openvino", "nncf", "onnx", "onnxscript")  # onnx: convert_from = "onnx" and auto's fallback
     device_modules = ("device",)
     capture_methods = ("export", "trace", "script")
     bundle_platforms = ("x86",)

@@ -26,6 +26,10 @@ class TensorrtSpec(BackendSpec):
     suffix = ".onnx"
     runtime = "tensorrt"
     toolchain = ("onnx", "onnxscript", "tensorrt")
+    # Building here takes the ONNX tools (TensorRT builds the engine on the device, from JetPack or the
+    # tensorrt extra on another NVIDIA machine); ONNX Runtime quantizes int8 and runs the host's stand-in.
+    extra = "onnx"
+    requires = ("onnx", "onnxruntime", "onnxscript", "onnxslim")
     unsupported_op_patterns = OnnxSpec.unsupported_op_patterns  # its model is torch's ONNX export
     device_modules = ("device", "engine")  # engine.py (tensorrt_engine.py there) builds engines
     runs_in_arm_root = True  # its ONNX, by the ONNX Runtime proxy, as on any device without TensorRT
