@@ -14,6 +14,7 @@ from edgeship import api
 from edgeship.backends.registry import SPECS
 from edgeship.cli import main
 from edgeship.profile import Gates, LatencySettings
+from edgeship.profile.load import PROJECT_TARGETS
 from tests.conftest import REPO
 
 MINE = """\
@@ -46,7 +47,7 @@ def test_targets_lists_every_built_in_profile_with_its_variants(elsewhere, capsy
     expected = {(path.stem, v["name"], v["backend"], v.get("precision", "fp32"))
                 for path in files for v in tomllib.loads(path.read_text())["variants"]}
     assert len(files) >= 7 and listed == expected
-    assert all(cells[-3:] == [str(REPO / "targets" / f"{cells[0]}.toml"), "(built", "in)"] for cells in lines[1:])
+    assert all(cells[-3:] == [str(PROJECT_TARGETS / f"{cells[0]}.toml"), "(built", "in)"] for cells in lines[1:])
 
 
 def test_targets_lists_a_projects_profiles_first_and_the_built_in_one_they_hide(elsewhere, capsys) -> None:
@@ -62,7 +63,7 @@ def test_targets_lists_a_projects_profiles_first_and_the_built_in_one_they_hide(
     host = [cells for cells in lines[1:] if cells[0] == "host"]
     assert [cells[:4] for cells in host] == [["host", "mine-fp32", "onnx", "fp32"]]   # the built-in host is hidden
     assert " ".join(host[0][4:]) == (f"orin (with --devices) {Path('targets/host.toml').absolute()} (this project; "
-                                     f"hides {REPO / 'targets' / 'host.toml'})")
+                                     f"hides {PROJECT_TARGETS / 'host.toml'})")
 
 
 def test_targets_exits_2_when_a_profile_does_not_load_and_lists_the_others(elsewhere, capsys) -> None:
