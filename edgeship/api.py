@@ -10,6 +10,8 @@ from edgeship.pipeline.run import build as _run_build
 from edgeship.results import Results
 
 if TYPE_CHECKING:
+    import torch
+
     from edgeship.bundle import Bundle, BundleCheck, Signed
     from edgeship.cache import CacheSummary
     from edgeship.devices.base import DeviceReport
@@ -35,6 +37,73 @@ def build(target: str, model: str | None = None, *, input_shape: str | None = No
                            devices_file=Path(devices_file) if devices_file else None,
                            device_names=list(devices or []), trust_weights=trust_weights,
                            debug=debug, quiet=quiet, resume=resume, remeasure=remeasure, db=db, no_wait=no_wait)
+    return _run_build(request)
+
+
+def build_module(module: torch.nn.Module,
+                 example_inputs: torch.Tensor | tuple[torch.Tensor, ...] | dict[str, torch.Tensor], *,
+                 target: str, calibration: object = None, evaluation: object = None,
+                 labels: list[str] | str | Path | None = None, task: str | None = None, name: str | None = None,
+                 preprocess: dict[str, object] | None = None, out: str | Path | None = None,
+                 devices_file: str | Path | None = None, devices: list[str] | None = None, quiet: bool = False,
+                 debug: bool = False, resume: bool = False, remeasure: bool = False, db: str | None = None,
+                 no_wait: bool = False) -> Results:
+    """Build ``module`` for ``target`` as :func:`build` builds a model spec file: the same pipeline and
+    stage cache, the eager reference timed in its own process, the same gates, reports and results.
+
+    The module is saved whole (cloudpickle, so classes defined in a notebook or ``__main__`` come along)
+    and the data as .npz files, into a folder of the stage cache keyed by their sha256: the same module
+    and data reuse every stage of an earlier build; a changed weight, ``forward`` or sample does not.
+    Each process that loads the saved module checks its sha256 first.
+
+    Args:
+        module: the float model, a ``torch.nn.Module`` (put in eval mode for the build; not changed).
+        example_inputs: one tensor, a tuple of tensors (one per ``forward`` argument) or a dict
+            ``{input name: tensor}``. They give the inputs' names (``input``; ``input_0``, ``input_1``, ...
+            for several; a dict's keys), shapes (batch first: the artifacts' batch) and dtypes (float32,
+            float16, int64, int32, uint8, bool); integer inputs also the range of random values.
+        target: a profile: a built-in name (``host``, ``android``, ...) or a profile file's path.
+        calibration: samples for static int8: a ``DataLoader`` or any iterable of batches or single
+            samples (a tensor, ``(inputs..., label)``, or a dict ``{input name: array, "y": labels}``),
+            an array or tensor ``[N, ...]`` of every sample, such a dict, or an .npz / image folder
+            path. An iterable is read up to the profile's ``[calibration] samples``. None: seeded random
+            inputs (the int8 variants' notes say so).
+        evaluation: the samples accuracy is measured on, in the same forms; labels (a DataLoader's second
+            element, a dict's ``"y"``) give top-1. Read up to the profile's ``[evaluation] samples``. None:
+            seeded random inputs (agreement with the float model, no top-1).
+        labels: class names in class index order (a list of strings, or a labels file's path).
+        task: how outputs are judged (``classification`` by default, ``detection``, ``segmentation``,
+            ``embedding``, ``generic``), as a model spec's ``task``.
+        name: the model's name in output paths; default: the module's class name.
+        preprocess: a model spec's ``[preprocess]`` table as a dict, for an image folder path as data.
+        out, devices_file, devices, quiet, debug, resume, remeasure, db, no_wait: as :func:`build`.
+
+    Returns:
+        The build's :class:`~edgeship.results.Results` (also written to ``out``'s results.json).
+
+    Raises:
+        ModelSpecError: (exit 2) ``module`` is not a ``torch.nn.Module``, cannot be pickled, or its
+            ``forward`` does not take the example inputs; ``example_inputs`` are not tensors of a dtype
+            listed above.
+        DataError: (exit 2) ``calibration`` or ``evaluation`` is not one of the forms above, yields
+            something else, holds samples of another shape than the example inputs', or non-finite values.
+        GateFailure: (exit 3) a validation gate failed; the artifacts and reports are written and the
+            exception carries the results.
+    """
+    from edgeship.cache import default_cache
+    from edgeship.objects.materialize import materialize
+    from edgeship.profile import load_profile
+    from edgeship.progress import Progress
+
+    with Progress(quiet).step("module and data for the build") as status:
+        made = materialize(module, example_inputs, load_profile(target), default_cache(), calibration=calibration,
+                           evaluation=evaluation, labels=labels, task=task, name=name, preprocess=preprocess)
+        status["result"] = (f"{made.bytes / (1 << 20):.2f} MiB in {made.folder}"
+                            + (" (the same as an earlier build's)" if made.reused else ""))
+    request = BuildRequest(target=target, spec=made.spec, out=Path(out) if out else None,
+                           devices_file=Path(devices_file) if devices_file else None,
+                           device_names=list(devices or []), debug=debug, quiet=quiet, resume=resume,
+                           remeasure=remeasure, db=db, no_wait=no_wait)
     return _run_build(request)
 
 

@@ -26,6 +26,7 @@ class BuildRequest:
 
     target: str
     model: str | None = None
+    spec: ModelSpec | None = None  # a model spec already made (the object API: edgeship.api.build_module); not model
     input_shape: str | None = None
     out: Path | None = None
     devices_file: Path | None = None
@@ -72,7 +73,8 @@ def make_plan(request: BuildRequest) -> Plan:
     """Read and validate the profile, the model spec, the output and cache folders and the devices
     (ProfileError, ModelSpecError, OutputError, ... exit 2)."""
     profile = load_profile(request.target)
-    spec = load_spec(request.model or demo_spec_path(), request.input_shape)
+    spec = request.spec if request.spec is not None else load_spec(request.model or demo_spec_path(),
+                                                                    request.input_shape)
     problems = dynamic_shape_problems(profile, spec)
     if problems:
         raise ProfileError(f"profile {profile.name} with model {spec.source or spec.name}: " + "; ".join(problems)
