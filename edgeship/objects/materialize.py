@@ -64,36 +64,43 @@ def materialize(module: object, example_inputs: object, profile: Profile, cache:
     DataError for data (each naming the argument and what is taken). ``profile`` says how many samples of
     an iterable are read; calibration data is read only when one of its variants calibrates."""
     start = time.perf_counter()
+    source = f"edgeship.build(module={type(module).__name__})"
+    fields = _declared(module, example_inputs, name=name, task=task, preprocess=preprocess)
+    base = validate(fields, ModelSpec, source, ModelSpecError)
+    check_forward(module, base)
+    scratch = new_private_folder("edgeship-module-")
+    try:
+        saved = save_module(module, scratch / MODULE)  # a torch.nn.Module: _declared checked it
+        paths = _write_data(scratch, base, profile, calibration=calibration, evaluation=evaluation)
+        paths.update(_labels(scratch, labels))
+        files = file_hashes(scratch)
+        entry = cache.get_or_compute(NAMESPACE, {"files": files}, lambda dest: _move(scratch, dest))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    folder = entry.path
+    # A name written into the scratch folder is now in the entry; a path the caller gave is absolute and stays.
+    where = {key: str(folder / path) for key, path in paths.items()}
+    fields.update(entry_kwargs=saved.entry_kwargs(folder / MODULE),
+                  data={role: where[role] for role in ("calibration", "evaluation") if role in where},
+                  **({"labels": where["labels"]} if "labels" in where else {}))
+    spec = validate(fields, ModelSpec, source, ModelSpecError, context={"base_dir": folder})
+    spec.base_dir, spec.source = folder, source
+    size = sum((folder / f).stat().st_size for f in files)
+    return Materialized(spec, folder, size, time.perf_counter() - start, entry.hit)
+
+
+def _declared(module: object, example_inputs: object, **given: object) -> dict[str, object]:
+    """The spec's fields that the objects declare: name, entry, inputs, and task and preprocess when given;
+    ModelSpecError for a module that is not a torch.nn.Module."""
     import torch
 
     if not isinstance(module, torch.nn.Module):
         raise ModelSpecError(f"module: a {type(module).__name__}, not a torch.nn.Module; edgeship.build takes "
                              "(module, example_inputs, target=...) or, for a model spec file, "
                              "(target, model=\"model.toml\")")
-    fields: dict[str, object] = {"name": name or default_name(module), "entry": ENTRY,
-                                 "inputs": input_specs(example_inputs),
-                                 **({"task": task} if task is not None else {}),
-                                 **({"preprocess": preprocess} if preprocess is not None else {})}
-    source = f"edgeship.build(module={type(module).__name__})"
-    base = validate(fields, ModelSpec, source, ModelSpecError)
-    check_forward(module, base)
-    scratch = new_private_folder("edgeship-module-")
-    try:
-        saved = save_module(module, scratch / MODULE)
-        data = _write_data(scratch, base, profile, calibration=calibration, evaluation=evaluation)
-        names = _labels(scratch, labels)
-        files = file_hashes(scratch)
-        entry = cache.get_or_compute(NAMESPACE, {"files": files}, lambda dest: _move(scratch, dest))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    folder = entry.path
-    fields.update(entry_kwargs=saved.entry_kwargs(folder / MODULE),
-                  data={role: str(folder / path) for role, path in data.items()},
-                  **({"labels": str(folder / names) if names == LABELS else names} if names else {}))
-    spec = validate(fields, ModelSpec, source, ModelSpecError, context={"base_dir": folder})
-    spec.base_dir, spec.source = folder, source
-    size = sum((folder / f).stat().st_size for f in files)
-    return Materialized(spec, folder, size, time.perf_counter() - start, entry.hit)
+    fields: dict[str, object] = {"name": given.pop("name") or default_name(module), "entry": ENTRY,
+                                 "inputs": input_specs(example_inputs)}
+    return {**fields, **{key: value for key, value in given.items() if value is not None}}
 
 
 def default_name(module: torch.nn.Module) -> str:
@@ -162,18 +169,18 @@ def _write_data(folder: Path, spec: ModelSpec, profile: Profile, **values: objec
     return out
 
 
-def _labels(folder: Path, labels: object) -> str | None:
+def _labels(folder: Path, labels: object) -> dict[str, str]:
     """``labels``: class names (a list of strings, written to labels.txt) or a labels file's path."""
     if labels is None:
-        return None
+        return {}
     if isinstance(labels, (str, os.PathLike)):
-        return str(Path(labels).absolute())
+        return {"labels": str(Path(labels).absolute())}
     if not isinstance(labels, (list, tuple)) or not labels or not all(
             isinstance(n, str) and n.strip() and "\n" not in n and "\r" not in n for n in labels):
         raise ModelSpecError(f"labels: {_what(labels)}; labels is the class names, in class index order: a list of "
                              "non-empty one-line strings, or the path of a labels file (one name a line)")
     (folder / LABELS).write_text("".join(f"{n.strip()}\n" for n in labels), encoding="utf-8")
-    return LABELS
+    return {"labels": LABELS}
 
 
 def _move(scratch: Path, dest: Path) -> None:

@@ -19,9 +19,7 @@ import contextlib
 import hashlib
 import io
 import os
-import site
 import sys
-import sysconfig
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,7 +38,7 @@ ENTRY = "edgeship.objects.saved:load_saved"
 @dataclass
 class Saved:
     """What ``save_module`` wrote: the file's sha256 and size, and the code it refers to by name:
-    each referenced module's source sha256, and the folders that make the project's own modules importable."""
+    each referenced module's source sha256, and the folders those modules are imported from."""
 
     sha256: str
     size: int
@@ -140,20 +138,16 @@ def code_sources(modules: set[str]) -> dict[str, str]:
 
 
 def import_roots(modules: set[str]) -> list[str]:
-    """The folders that make ``modules`` importable, for those not installed (a notebook's own
-    ``model.py``, a project's package): the runner processes start elsewhere."""
-    installed = {os.path.realpath(p) for p in (*sysconfig.get_paths().values(), *site.getsitepackages(),
-                                                  site.getusersitepackages(), sys.prefix, sys.base_prefix) if p}
+    """The folders ``modules`` are imported from (a package's parent folder): the runner processes start
+    elsewhere, and a notebook's own ``model.py`` is importable only from its folder. Folders already on a
+    runner's path (site-packages, the standard library) are left as they are there."""
     roots = set()
     for name in modules:
         top = sys.modules.get(name.split(".")[0])
         file = getattr(top, "__file__", None)
-        if not file:
-            continue
-        root = Path(file).resolve().parent
-        root = root.parent if hasattr(top, "__path__") else root  # a package: the folder holding it
-        if not any(str(root) == p or str(root).startswith(p + os.sep) for p in installed):
-            roots.add(str(root))
+        if file:
+            root = Path(file).resolve().parent
+            roots.add(str(root.parent if hasattr(top, "__path__") else root))
     return sorted(roots)
 
 

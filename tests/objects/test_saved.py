@@ -102,7 +102,7 @@ def test_save_module_refuses_a_module_that_cannot_be_pickled_naming_it(tmp_path:
 def test_saved_module_of_a_project_class_records_its_source_and_folder(tmp_path: Path, project_module) -> None:
     name, folder, mod = project_module
     saved = save_module(mod.Net(), tmp_path / "m.pt")
-    assert saved.paths == [str(folder.resolve())]
+    assert str(folder.resolve()) in saved.paths
     assert saved.sources[name] == hashlib.sha256((folder / f"{name}.py").read_bytes()).hexdigest()
     assert "torch.nn.modules.linear" in saved.sources   # installed code is recorded too
     loaded = run(f"from edgeship.objects.saved import load_saved\n"
