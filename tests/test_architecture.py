@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "webfiles", "locks", "stopping", "machinekey",
                     *DEVICE_FILES)),
     ("declarations", ("backends", "profile", "quantize.cpu_choice", "bundle.platforms")),
-    ("inputs", ("model", "calibration", "devices")),
+    ("inputs", ("model", "calibration", "devices", "objects")),
     ("lowering", ("lowering", "quantize", "backends.base")),
     ("orchestration", ("pipeline", "reports", "bundle")),
     ("interface", ("api", "cli", "__main__", "matrix")),

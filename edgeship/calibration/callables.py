@@ -42,35 +42,42 @@ def read_callable(entry: str, spec: ModelSpec, limit: int | None = None, args: t
     """A Dataset from the batches ``entry(*args)`` yields: the first ``limit`` samples, or without a limit
     every sample up to ``MAX_UNCOUNTED`` (DataError naming the profile's ``[role] samples`` when it yields
     more). A batch without samples is refused (read forever, they would never add up to the limit)."""
+    with importable(spec.base_dir):  # a generator may import the folder's modules as it runs
+        return read_batches(lambda: call_source(entry, spec, args), spec, f"data source {entry}", entry, limit, role)
+
+
+def read_batches(batches: Callable[[], Iterable[object]], spec: ModelSpec, what: str, name: str,
+                 limit: int | None = None, role: str = "evaluation") -> Dataset:
+    """A Dataset from the batches the iterable ``batches()`` returns, read lazily as ``read_callable``
+    says; messages name the source as ``what`` (``data source gen:make``), the Dataset as ``name``."""
     names = [i.name for i in spec.inputs]
     parts: dict[str, list[np.ndarray]] = {n: [] for n in names}
     labels: list[np.ndarray] = []
     count, most = 0, MAX_UNCOUNTED if limit is None else limit
     try:
-        with importable(spec.base_dir):  # a generator may import the folder's modules as it runs
-            batches = iter(call_source(entry, spec, args))
-            for i, batch in enumerate(islice(batches, most)):  # each batch adds a sample at least
-                arrays, y = _split(batch, names, entry, i)
-                for name, array in arrays.items():
-                    parts[name].append(array)
-                labels += [] if y is None else [y]
-                count += len(arrays[names[0]])
-                stopping.progressed()  # a batch read: the stage's watchdog waits from here
-                if count >= most:
-                    break
-            if limit is None and (count > most or (count == most and _more(batches))):
-                raise DataError(f"data source {entry}: yields more than {MAX_UNCOUNTED} samples (does it ever end?); "
-                                f"a data source is read up to the profile's [{role}] samples: set it to how many to "
-                                "use")
+        items = iter(batches())
+        for i, batch in enumerate(islice(items, most)):  # each batch adds a sample at least
+            arrays, y = _split(batch, names, what, i)
+            for key, array in arrays.items():
+                parts[key].append(array)
+            labels += [] if y is None else [y]
+            count += len(arrays[names[0]])
+            stopping.progressed()  # a batch read: the stage's watchdog waits from here
+            if count >= most:
+                break
+        if limit is None and (count > most or (count == most and _more(items))):
+            raise DataError(f"{what}: yields more than {MAX_UNCOUNTED} samples (does it ever end?); "
+                            f"a data source is read up to the profile's [{role}] samples: set it to how many to "
+                            "use")
     except DataError:
         raise
     except Exception as e:
-        raise DataError(f"data source {entry}: iterating it raised {type(e).__name__}: {first_line(e)}") from None
+        raise DataError(f"{what}: iterating it raised {type(e).__name__}: {first_line(e)}") from None
     if not count:
-        raise DataError(f"data source {entry}: yielded no batches")
+        raise DataError(f"{what}: yielded no batches")
     inputs = {n: np.concatenate(parts[n])[:limit] for n in names}
-    y_all = _joined(labels, entry)[:limit] if labels and len(labels) == len(parts[names[0]]) else None
-    return Dataset(inputs, y_all, entry if limit is None or count < limit else f"{entry} (its first {limit} samples)")
+    y_all = _joined(labels, what)[:limit] if labels and len(labels) == len(parts[names[0]]) else None
+    return Dataset(inputs, y_all, name if limit is None or count < limit else f"{name} (its first {limit} samples)")
 
 
 def _more(batches: Iterator[object]) -> bool:
@@ -79,46 +86,46 @@ def _more(batches: Iterator[object]) -> bool:
     return next(batches, end) is not end
 
 
-def _split(batch: object, names: list[str], entry: str, index: int) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+def _split(batch: object, names: list[str], what: str, index: int) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
     """One batch as {input name: array} and optional labels."""
     if isinstance(batch, dict):
         missing = [n for n in names if n not in batch]
         if missing:
-            raise DataError(f"data source {entry}: batch {index} has keys {', '.join(map(str, batch))}; "
+            raise DataError(f"{what}: batch {index} has keys {', '.join(map(str, batch))}; "
                             f"expected {', '.join(names)} (and optionally y)")
         arrays, labels = {n: _array(batch[n]) for n in names}, batch.get("y")
-        return _some(arrays, entry, index), None if labels is None else _labels(labels, entry, index,
+        return _some(arrays, what, index), None if labels is None else _labels(labels, what, index,
                                                                                 len(arrays[names[0]]))
     items = list(batch) if isinstance(batch, (tuple, list)) else [batch]
     if len(items) != len(names):
-        raise DataError(f"data source {entry}: batch {index} holds {len(items)} arrays; the model takes "
+        raise DataError(f"{what}: batch {index} holds {len(items)} arrays; the model takes "
                         f"{len(names)} input(s): {', '.join(names)}")
-    return _some({n: _array(a) for n, a in zip(names, items)}, entry, index), None
+    return _some({n: _array(a) for n, a in zip(names, items)}, what, index), None
 
 
-def _some(arrays: dict[str, np.ndarray], entry: str, index: int) -> dict[str, np.ndarray]:
+def _some(arrays: dict[str, np.ndarray], what: str, index: int) -> dict[str, np.ndarray]:
     """``arrays`` (one batch) when it holds at least one sample; DataError otherwise."""
     first = next(iter(arrays.values()))
     if first.ndim == 0 or not len(first):
-        raise DataError(f"data source {entry}: batch {index} holds no samples (shape {list(first.shape)}); each batch "
+        raise DataError(f"{what}: batch {index} holds no samples (shape {list(first.shape)}); each batch "
                         "holds one sample or more along its first axis")
     return arrays
 
 
-def _labels(value: object, entry: str, index: int, samples: int) -> np.ndarray:
+def _labels(value: object, what: str, index: int, samples: int) -> np.ndarray:
     """A batch's ``y`` for its ``samples`` samples: labelled boxes [B, M, 5] as they are (float64
     or int64: the task's check reads their classes and corners), anything else as int64 class
     indices; DataError for another sample count, NaN/inf, or fractional values outside boxes (a
     cast would turn them into arbitrary classes)."""
-    y = _box_list(value, entry, index) if _is_box_list(value) else _array(value)
+    y = _box_list(value, what, index) if _is_box_list(value) else _array(value)
     if y.ndim == 0 or len(y) != samples:
-        raise DataError(f"data source {entry}: batch {index} holds {samples} samples but y has shape "
+        raise DataError(f"{what}: batch {index} holds {samples} samples but y has shape "
                         f"{list(y.shape)}; labels are one per sample")
-    refuse_non_finite(y, f"data source {entry}: batch {index}: y")
+    refuse_non_finite(y, f"{what}: batch {index}: y")
     if _is_boxes(y) and np.issubdtype(y.dtype, np.floating):
         return y.astype(np.float64)
     if np.issubdtype(y.dtype, np.inexact) and not np.array_equal(y, np.round(y)):
-        raise DataError(f"data source {entry}: batch {index}: y holds fractional values; labels are integer class "
+        raise DataError(f"{what}: batch {index}: y holds fractional values; labels are integer class "
                         "indices (or boxes [B, M, 5] of x1, y1, x2, y2, class)")
     return y.astype(np.int64)
 
@@ -136,12 +143,12 @@ def _is_box_list(value: object) -> TypeGuard[Sequence[object]]:
     return all(p.size == 0 or (p.ndim == 2 and p.shape[1] == 5) for p in parts)
 
 
-def _box_list(value: Sequence[object], entry: str, index: int) -> np.ndarray:
+def _box_list(value: Sequence[object], what: str, index: int) -> np.ndarray:
     """Per-sample [M_k, 5] box arrays as one [B, max M_k, 5] array padded with rows of -1."""
     parts = [_array(v) for v in value]
     kinds = {p.dtype for p in parts if p.size} or {np.dtype(np.int64)}
     if not all(np.issubdtype(k, np.integer) or np.issubdtype(k, np.floating) for k in kinds):
-        raise DataError(f"data source {entry}: batch {index}: y holds box arrays of dtype "
+        raise DataError(f"{what}: batch {index}: y holds box arrays of dtype "
                         f"{', '.join(sorted(map(str, kinds)))}; boxes are numbers")
     dtype = np.float64 if any(np.issubdtype(k, np.floating) for k in kinds) else np.int64
     return np.stack(_pad_boxes([p.reshape(-1, 5).astype(dtype) for p in parts]))
@@ -154,14 +161,14 @@ def _pad_boxes(arrays: list[np.ndarray]) -> list[np.ndarray]:
             for a in arrays]
 
 
-def _joined(labels: list[np.ndarray], entry: str) -> np.ndarray:
+def _joined(labels: list[np.ndarray], what: str) -> np.ndarray:
     """Every batch's labels as one array: boxes padded with rows of -1 to the largest M of the data
     set, other labels as they are; DataError when batches hold labels of different shapes."""
     if all(_is_boxes(y) for y in labels):
         return np.concatenate(_pad_boxes(labels))
     shapes = sorted({str(list(y.shape[1:])) for y in labels})
     if len(shapes) > 1:
-        raise DataError(f"data source {entry}: batches hold labels (y) of different shapes per sample: "
+        raise DataError(f"{what}: batches hold labels (y) of different shapes per sample: "
                         f"{', '.join(shapes)}")
     return np.concatenate(labels)
 

@@ -21,15 +21,21 @@ def calibration_variants(profile: Profile) -> list[Variant]:
     return [v for v in profile.variants if needs_calibration(v.precision, v.quantization)]
 
 
+def samples_wanted(profile: Profile) -> dict[str, int]:
+    """How many calibration samples each calibrated variant draws (its own ``samples``, else the
+    profile's ``[calibration] samples``), by variant name; empty when no variant calibrates."""
+    default = profile.calibration.samples
+    return {v.name: (v.quantization.samples if v.quantization and v.quantization.samples else default)
+            for v in calibration_variants(profile)}
+
+
 def calibration_data(profile: Profile, spec: ModelSpec, source: str | None) -> Dataset | None:
     """The calibration samples the profile's variants need (the most any of them asks for), from
     ``source`` or seeded random inputs; None when no variant calibrates."""
-    variants = calibration_variants(profile)
-    if not variants:
+    wanted = samples_wanted(profile)
+    if not wanted:
         return None
     settings = profile.calibration
-    wanted = {v.name: (v.quantization.samples if v.quantization and v.quantization.samples else settings.samples)
-              for v in variants}
     limit = max(wanted.values())
     if source:
         data = load_dataset(source, spec, "calibration", limit, settings.seed)

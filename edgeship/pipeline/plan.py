@@ -28,6 +28,7 @@ class BuildRequest:
 
     target: str
     model: str | None = None
+    spec: ModelSpec | None = None  # a model spec already made (the object API: edgeship.api.build_module); not model
     input_shape: str | None = None
     out: Path | None = None
     devices_file: Path | None = None
@@ -86,7 +87,8 @@ def make_plan(request: BuildRequest) -> Plan:
     profile = load_profile(request.target)
     requested = requested_variants(profile, request.variants)
     require_runtimes(profile, requested)
-    spec = load_spec(request.model or demo_spec_path(), request.input_shape)
+    spec = request.spec if request.spec is not None else load_spec(request.model or demo_spec_path(),
+                                                                    request.input_shape)
     problems = dynamic_shape_problems(profile, spec, requested)
     if problems:
         raise ProfileError(f"profile {profile.name} with model {spec.source or spec.name}: " + "; ".join(problems)
