@@ -230,10 +230,7 @@ class _Watch:
         self.thread = threading.current_thread()    # the stage's
         self.native = threading.get_native_id()     # the same, as the system knows it (its child processes)
         self.began = time.monotonic()
-        # every process of this one's there before: not the stage's to stop. The whole process's, not only its
-        # thread's: a child whose own thread ends later is handed to the main thread (Linux), and would then
-        # look like one the stage (in the main thread) started
-        self.children = stopping.child_pids()
+        self.children = stopping.child_pids(self.native)  # those it started before: not the stage's to stop
         self.left = threading.Event()               # the stage is over
         self.lock = threading.Lock()                # no signal is sent once it is over
         self.stall: Stall | None = None

@@ -216,32 +216,3 @@ def test_watchdog_stops_a_stage_one_limit_after_its_last_progress_saying_so() ->
     assert str(caught.value.stall.error()).startswith(
         "the step 'evaluation data + float reference' made no progress (no batch of data read or evaluated) for "
         "1 s ([limits] reference_s = 1 in p.toml): it was running user code")
-
-
-def test_watchdog_spares_a_process_whose_thread_ends_during_the_stage() -> None:
-    """A process another thread started before the stage; that thread ends while the stage runs in the main
-    thread, and Linux hands the process to the main thread: it is not the stage's, and is not stopped."""
-    import subprocess
-    import threading
-
-    started, end_thread, others = threading.Event(), threading.Event(), []
-
-    def library_thread() -> None:   # a library's helper thread that started a process, then ends
-        others.append(subprocess.Popen(["sleep", "60"]))
-        started.set()
-        end_thread.wait(10)
-    helper = threading.Thread(target=library_thread)
-    helper.start()
-    started.wait(10)
-    try:
-        with pytest.raises(Stalled), dog(limit_s=0.8).bounded("lower x (onnx fp32)", "lowering_s"):
-            end_thread.set()
-            helper.join()
-            spin()
-        for watcher in [t for t in threading.enumerate() if t.name == "edgeship-watchdog"]:
-            watcher.join(5)   # its stopping of the stage's processes comes after the signal
-        assert others[0].poll() is None, "the watchdog stopped a process the stage did not start"
-    finally:
-        for process in others:
-            process.kill()
-            process.wait()
