@@ -176,9 +176,6 @@ def matrix(file: str | Path, out: str | Path, *, ray: str | None = None, db: str
     loaded = load_matrix(file)
     if num_cpus is not None:
         loaded.num_cpus = num_cpus
-    if db and db.startswith("sqlite:///") and not db.startswith("sqlite:////") and ray:
-        # Ray's workers run in a folder of their own: a relative SQLite path is the driver's folder's
-        db = "sqlite:///" + str(Path(db[len("sqlite:///"):]).absolute())
     return run_matrix(loaded, Path(out), ray=ray, db=db, say=say)
 
 

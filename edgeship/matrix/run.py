@@ -45,8 +45,19 @@ LOCAL_ENGINE = "local, one build after another"
 
 def default_db() -> str:
     """The store every build of the run records into: ``$EDGESHIP_DB``, else the SQLite file under
-    this folder, as an absolute URL so that every build task on this machine writes the same one."""
-    return os.environ.get(ENV) or f"sqlite:///{(Path.cwd() / DEFAULT_PATH).resolve()}"
+    this folder."""
+    return os.environ.get(ENV) or f"sqlite:///{DEFAULT_PATH}"
+
+
+def absolute_db(url: str) -> str:
+    """``url`` with a relative SQLite file made absolute (this folder's), so that every build task records
+    into the same file whatever folder it runs in (Ray's workers run in one of their own: two builds each
+    made a new store there at once); other URLs as they are."""
+    prefix = "sqlite:///"
+    path = url[len(prefix):] if url.startswith(prefix) else ""
+    if not path or path.startswith("/") or path.startswith(":memory:"):
+        return url
+    return prefix + str(Path(path).absolute())
 
 
 def run_local(matrix: Matrix, out: Path, db: str, say: Callable[[str], None]) -> list[CellResult]:
@@ -321,7 +332,7 @@ def run_matrix(matrix: Matrix, out: Path, ray: str | None = None, db: str | None
     from edgeship.store import ResultsStore
 
     out = Path(out)
-    db = db or default_db()
+    db = absolute_db(db or default_db())
     ResultsStore(db)  # a bad URL or an unreachable server fails before the first build (StoreError)
     began = time.perf_counter()
     if ray is None:

@@ -189,3 +189,19 @@ def test_matrix_locally_reports_its_finished_builds_when_a_stall_in_native_code_
                           "tiny × later")
     assert "tiny × stuck: failed: the step" in (out / "matrix.md").read_text()
     assert "wrote " in proc.stdout and (out / "lite" / "tiny" / "results.json").exists()
+
+
+def test_matrix_builds_record_into_a_relative_sqlite_store_by_its_absolute_path(tmp_path, monkeypatch) -> None:
+    """`--db sqlite:///lab.db` is this folder's lab.db for every build: Ray's workers run in a folder of their
+    own, where the relative path made a new store per worker (two builds made one at once, one failed)."""
+    import edgeship.matrix.report as report
+    from edgeship.matrix import run
+
+    monkeypatch.chdir(tmp_path)
+    seen: list[str] = []
+    monkeypatch.setattr(run, "run_local", lambda matrix, out, db, say: seen.append(db) or [])
+    monkeypatch.setattr(report, "write_matrix_report", lambda *a: None)
+    for url in ("sqlite:///lab.db", f"sqlite:///{tmp_path / 'abs.db'}"):
+        run.run_matrix(load_matrix(REPO / "examples" / "matrix.toml"), tmp_path / "out", db=url, say=lambda _: None)
+    assert seen == [f"sqlite:///{tmp_path / 'lab.db'}", f"sqlite:///{tmp_path / 'abs.db'}"]
+    assert run.absolute_db("postgresql+psycopg://ci@db/edgeship") == "postgresql+psycopg://ci@db/edgeship"
