@@ -265,10 +265,9 @@ class Measurements:
         self.cache.get_or_compute(MEASUREMENT, key, fill)
 
 
-def vouch_results(cache: Cache, written: Path | bytes) -> None:
-    """Keep a signed record that this machine's edgeship wrote a results.json: the bytes written (or
-    the file ``written`` as it is now)."""
-    data = written if isinstance(written, bytes) else written.read_bytes()
+def vouch_results(cache: Cache, data: bytes) -> None:
+    """Keep a signed record that this machine's edgeship wrote a results.json of these bytes (the bytes
+    written, never a file read back: it may have changed since)."""
     cache.get_or_compute(WRITTEN, _record_key(data), lambda folder: None)
 
 

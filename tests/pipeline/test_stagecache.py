@@ -276,7 +276,7 @@ def test_stagecache_vouched_results_holds_only_for_the_bytes_this_machine_wrote(
     cache, path = Cache(tmp_path / "cache"), tmp_path / "results.json"
     path.write_text('{"schema": 1}')
     assert not vouched_results(cache, path.read_bytes())
-    vouch_results(cache, path)
+    vouch_results(cache, path.read_bytes())
     assert vouched_results(cache, b'{"schema": 1}') and not vouched_results(cache, b"")
     vouch_results(cache, b'{"schema": 2}')
     assert vouched_results(cache, b'{"schema": 2}') and not vouched_results(cache, b'{"schema": 1} ')
@@ -354,7 +354,7 @@ def test_stagecache_vouched_previous_is_parsed_from_the_bytes_whose_record_was_f
     honest = Results(target="honest", created="2026-01-01T00:00:00Z", toolchain={}, variants=[],
                      model=ModelInfo(name="m", entry="m:b", inputs=[], params=1))
     honest.write(path)
-    vouch_results(cache, path)
+    vouch_results(cache, path.read_bytes())
     parsed_before = honest.model_copy(update={"target": "forged"})   # read while the file was the forged one
     said: list[str] = []
     assert vouched_previous(parsed_before, path, cache, said.append).target == "honest" and not said
